@@ -1,0 +1,358 @@
+"""Series + overlay into the build tree, with continue / abort.
+
+The build tree is a git repository: the base commit (tag ``base``), one commit per patch made
+by ``git am`` exactly (``--3way`` only when asked, and reported per patch), then the overlay as
+one commit. Commits get a fixed committer and the mail's date, so the same base and series give
+the same commit ids everywhere.
+
+Progress is derived from the tree itself (commits above ``base`` = patches applied), so an
+interrupted run can always be continued or aborted; the state file in the tree's git directory
+only remembers what the tree cannot say: where HEAD was before the run, the base, the options.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import git, hunks, overlay, report as report_mod
+from .errors import ToolError
+from .series import Patch, read_series
+from .sources import Base
+
+BRANCH = "patched"
+STATE_DIR = "vllm-overlay"
+RECOVERY_PREFIX = "refs/overlay-recovery/"
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def overlay_dir(self) -> Path:
+        return self.root / "overlay"
+
+    @property
+    def version_file(self) -> Path:
+        return self.root / "VERSION"
+
+
+def load_series(project: Project) -> list[Patch]:
+    series = read_series(project.patches_dir)
+    if series.problems:
+        raise ToolError("the series is not valid:\n  " + "\n  ".join(series.problems))
+    return series.patches
+
+
+# --- state ------------------------------------------------------------------------------------
+
+def _state_path(tree: Path) -> Path:
+    return git.git_dir(tree) / STATE_DIR / "state.json"
+
+
+def read_state(tree: Path) -> dict | None:
+    try:
+        return json.loads(_state_path(tree).read_text())
+    except (FileNotFoundError, ToolError):
+        return None
+
+
+def _write_state(tree: Path, state: dict) -> None:
+    path = _state_path(tree)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, path)
+
+
+# --- the build tree ---------------------------------------------------------------------------
+
+def _foreign_work(tree: Path, state: dict | None) -> list[str]:
+    """What in ``tree`` this tool did not make: uncommitted changes, other commits, a stopped am."""
+    found = []
+    if state is None:
+        found.append("it was not made by tools/apply.py (no state in its git directory)")
+    elif state.get("run"):
+        found.append("an earlier run stopped there: finish it with --continue or undo it with --abort")
+    if git.am_in_progress(tree):
+        found.append("a `git am` is in progress")
+    dirty = git.out(tree, "status", "--porcelain", "--untracked-files=all").splitlines()
+    if dirty:
+        shown = ", ".join(line[3:] for line in dirty[:5]) + (", …" if len(dirty) > 5 else "")
+        found.append(f"{len(dirty)} uncommitted or untracked paths ({shown})")
+    head = git.rev(tree, "HEAD")
+    if state and state.get("head") and head != state["head"]:
+        extra = git.out(tree, "log", "--oneline", "-5", f"{state['head']}..HEAD", check=False)
+        found.append(f"HEAD {str(head)[:12]} is not the {state['head'][:12]} this tool left"
+                     + (f"; commits not made by the tool:\n      " + extra.replace("\n", "\n      ") if extra else ""))
+    return found
+
+
+def save_recovery(tree: Path) -> str:
+    """Keep HEAD plus any uncommitted work (untracked files too) under a recovery ref; return its name."""
+    ref = RECOVERY_PREFIX + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    head = git.rev(tree, "HEAD")
+    idx = git.git_dir(tree) / STATE_DIR / "recovery-index"
+    idx.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(git.tool_env(), GIT_INDEX_FILE=str(idx))
+    try:
+        if head:
+            git.run(tree, "read-tree", head, env=env)
+        git.run(tree, "add", "-A", env=env)
+        treeid = git.out(tree, "write-tree", env=env)
+    finally:
+        idx.unlink(missing_ok=True)
+    if head and treeid == git.out(tree, "rev-parse", f"{head}^{{tree}}"):
+        commit = head
+    else:
+        commit = git.out(tree, "commit-tree", treeid, *(["-p", head] if head else []), "-m",
+                         "recovery: work found in the build tree before tools/apply.py --force", env=env)
+    git.run(tree, "update-ref", ref, commit)
+    return ref
+
+
+def prepare_tree(tree: Path, base: Base, bases_repo: Path, force: bool) -> tuple[str | None, str | None, dict | None]:
+    """Make ``tree`` a clean checkout of the base; return (previous HEAD, recovery ref, previous state)."""
+    if tree.exists() and not (tree / ".git").exists() and any(tree.iterdir()):
+        raise ToolError(f"{tree}: exists and is not a git repository; refusing to write into it "
+                        "(move it away or choose --out)")
+    if not (tree / ".git").exists():
+        git.init(tree)
+        state, recovery = None, None
+    else:
+        state = read_state(tree)
+        found = _foreign_work(tree, state)
+        recovery = None
+        if found:
+            if not force:
+                raise ToolError(f"{tree}: refusing to rebuild, it holds work this tool did not make:\n  - "
+                                + "\n  - ".join(found)
+                                + "\n  Commit or move that work, or rerun with --force to save it under "
+                                  f"{RECOVERY_PREFIX}<time> first.")
+            recovery = save_recovery(tree)
+            if git.am_in_progress(tree):
+                git.run(tree, "am", "--quit")
+            print(f"saved the tree's previous state as {recovery}", file=sys.stderr)
+    previous_head = git.rev(tree, "HEAD")
+    if not git.has_commit(tree, base.commit):
+        git.run(tree, "fetch", "-q", "--no-tags", str(bases_repo), base.commit)
+    git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, base.commit)
+    git.run(tree, "tag", "-f", "base", base.commit)
+    return previous_head, recovery, (state if state and not state.get("run") else None)
+
+
+# --- applying ---------------------------------------------------------------------------------
+
+def _am(tree: Path, paths: list[Path], three_way: bool) -> tuple[bool, str]:
+    args = ["am", "--keep", "--keep-cr", "--committer-date-is-author-date", "--quiet", "--whitespace=nowarn"]
+    if three_way:
+        args.append("--3way")
+    proc = git.run(tree, *args, *map(str, paths), env=git.tool_env(author=False), check=False)
+    return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
+
+
+def applied_count(tree: Path) -> int:
+    return int(git.out(tree, "rev-list", "--count", "base..HEAD"))
+
+
+def diagnose(tree: Path, patch: Patch, treeish: str = "HEAD") -> dict:
+    """Which files and hunks of ``patch`` do not apply to ``treeish``, and what upstream has there now."""
+    files, failing, missing = [], [], []
+    text = patch.path.read_text(errors="replace")
+    for f in hunks.parse(text):
+        if f.old_path and not hunks.file_exists(tree, treeish, f.old_path):
+            missing.append(f.old_path)
+            continue
+        bad = [h for h in f.hunks if not hunks.check(tree, treeish, hunks.mini_patch(f, h))]
+        if bad or (not f.hunks and not hunks.check(tree, treeish, "\n".join(f.header) + "\n")):
+            files.append(f.path)
+        for h in bad:
+            failing.append({"file": f.path, "hunk": h.header, "mismatch": hunks.mismatch(tree, treeish, f.path, h)})
+    return {"files": files, "hunks": failing, "missing_files": missing}
+
+
+def _conflict_details(d: dict) -> list[str]:
+    lines = [f"target file gone upstream: {m}" for m in d["missing_files"]]
+    for h in d["hunks"]:
+        lines.append(f"{h['file']}: {h['hunk']}")
+        lines.append(f"    {h['mismatch']}")
+    return lines
+
+
+def _sync(tree: Path, patches: list[Patch], results: list[dict]) -> int:
+    """Bring ``results`` in line with the commits above base; return how many patches are applied."""
+    commits = _commits(tree)
+    if len(commits) > len(patches):
+        raise ToolError(f"{tree}: {len(commits)} commits above base but only {len(patches)} patches in the run")
+    for i, commit in enumerate(commits):
+        prev = results[i] if i < len(results) else None
+        if prev is None or prev["status"] not in ("applied", "applied-3way"):
+            r = _result(patches[i], "applied")
+            if prev is not None and prev["status"] in ("conflict", "target-missing", "error"):
+                r["resolved_by_hand"] = True
+            results[i:i + 1] = [r]
+        results[i]["commit"] = commit
+    del results[len(commits):]
+    return len(commits)
+
+
+def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way: bool, save) -> bool:
+    """Apply the patches not yet committed; keep one result per patch. False when stopped at a conflict."""
+    while (i := _sync(tree, patches, results)) < len(patches):
+        ok, output = _am(tree, [p.path for p in patches[i:]], three_way=False)
+        k = _sync(tree, patches, results)
+        save()
+        if ok:
+            continue
+        stuck = patches[k]
+        if three_way:
+            git.run(tree, "am", "--quit")
+            ok, output = _am(tree, [stuck.path], three_way=True)
+            if ok:
+                _sync(tree, patches, results)
+                results[k]["status"] = "applied-3way"
+                save()
+                continue
+        # diagnose against HEAD (the tree before the stuck patch), via a scratch index
+        d = diagnose(tree, stuck)
+        status = "target-missing" if d["missing_files"] and not d["hunks"] else "conflict"
+        if not d["missing_files"] and not d["hunks"]:
+            status = "error"
+            d["error"] = output.splitlines()[-1] if output else "git am failed"
+        r = _result(stuck, status, **d)
+        r["details"] = _conflict_details(d) + ([d["error"]] if d.get("error") else [])
+        results.append(r)
+        results += [_result(p, "not-applied") for p in patches[k + 1:]]
+        save()
+        return False
+    return True
+
+
+def _commits(tree: Path) -> list[str]:
+    return git.out(tree, "rev-list", "--reverse", "base..HEAD").split()
+
+
+def _result(p: Patch, status: str, commit: str | None = None, **extra) -> dict:
+    return {"file": p.name, "group": p.group, "subject": p.subject, "status": status, "commit": commit,
+            "upstream_status": p.meta.get("Upstream-Status"), "upstream_pr": p.meta.get("Upstream-PR"),
+            "drop_when": p.meta.get("Drop-When"), "reason": p.meta.get("Reason"), **extra}
+
+
+def apply_overlay(project: Project, tree: Path, date: str) -> tuple[bool, list[dict]]:
+    entries = overlay.read_manifest(project.overlay_dir)
+    results = overlay.check(entries, project.overlay_dir, tree, "base")
+    if any(r["status"] != "applied" for r in results):
+        return False, results
+    if entries:
+        overlay.copy(entries, project.overlay_dir, tree)
+        git.run(tree, "add", "-f", "--", *[e.path for e in entries])
+        msg = "overlay: {} file(s) from overlay/\n\n{}\n".format(
+            len(entries), "\n".join(f"{e.kind}: {e.path}" for e in entries))
+        git.run(tree, "commit", "-q", "--allow-empty", "-m", msg, env=git.tool_env(date=date))
+        commit = git.rev(tree, "HEAD")
+        for r in results:
+            r["commit"] = commit
+    return True, results
+
+
+# --- entry points -----------------------------------------------------------------------------
+
+def build(project: Project, base: Base, bases_repo: Path, tree: Path, report_path: Path, three_way: bool,
+          force: bool, overlay_version: str) -> dict:
+    patches = load_series(project)
+    overlay.read_manifest(project.overlay_dir)  # fail on a bad manifest before touching the tree
+    tree = tree.resolve()
+    previous_head, recovery, previous_state = prepare_tree(tree, base, bases_repo, force)
+    run = {"previous_head": previous_head, "previous_state": previous_state, "recovery_ref": recovery,
+           "base": base.to_json(), "three_way": three_way, "patches": [p.name for p in patches],
+           "report": str(report_path), "overlay_version": overlay_version, "results": []}
+    _write_state(tree, {"run": run})
+    print(f"applying {len(patches)} patches to {tree} (base {base.commit[:12]})", file=sys.stderr)
+    return _resume(project, tree, patches, run)
+
+
+def continue_(project: Project, tree: Path) -> dict:
+    tree = tree.resolve()
+    run = _run_state(tree)
+    patches = _patches_of(project, run)
+    if git.am_in_progress(tree):
+        proc = git.run(tree, "am", "--continue", env=git.tool_env(author=False), check=False)
+        if proc.returncode != 0:
+            raise ToolError(f"{tree}: `git am --continue` failed:\n{(proc.stdout + proc.stderr).strip()}\n"
+                            "Resolve the files, `git add` them, then run --continue again (or --abort).",
+                            exit_code=1)
+    return _resume(project, tree, patches, run)
+
+
+def abort(project: Project, tree: Path) -> str:
+    tree = tree.resolve()
+    run = _run_state(tree)
+    if git.am_in_progress(tree):
+        git.run(tree, "am", "--abort")
+    target = run["previous_head"] or run["base"]["commit"]
+    git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, target)
+    if run.get("previous_state"):
+        _write_state(tree, run["previous_state"])
+    else:
+        _write_state(tree, {"head": git.rev(tree, "HEAD"), "aborted": True})
+    return target
+
+
+def _run_state(tree: Path) -> dict:
+    if not (tree / ".git").exists():
+        raise ToolError(f"{tree}: no build tree here")
+    state = read_state(tree)
+    if not state or not state.get("run"):
+        raise ToolError(f"{tree}: no stopped run to continue or abort")
+    return state["run"]
+
+
+def _patches_of(project: Project, run: dict) -> list[Patch]:
+    by_name = {p.name: p for p in load_series(project)}
+    missing = [n for n in run["patches"] if n not in by_name]
+    if missing:
+        raise ToolError(f"the series changed since the run stopped (gone: {', '.join(missing)}); use --abort")
+    return [by_name[n] for n in run["patches"]]
+
+
+def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> dict:
+    results = run["results"]
+
+    def save():
+        _write_state(tree, {"run": run})
+
+    clean = run_series(tree, patches, results, run["three_way"], save)
+    overlay_results: list[dict] = []
+    if clean:
+        date = git.out(tree, "log", "-1", "--format=%cI", "base")
+        clean, overlay_results = apply_overlay(project, tree, date)
+    rep = {
+        "tool": "tools/apply.py", "mode": "apply", "overlay_version": run["overlay_version"],
+        "tree": str(tree), "base": run["base"], "patches": results, "overlay": overlay_results,
+        "head": git.rev(tree, "HEAD"), "recovery_ref": run.get("recovery_ref"),
+        "result": "clean" if clean else "conflict",
+    }
+    if clean:
+        _write_state(tree, {"head": rep["head"], "base": run["base"], "report": run["report"]})
+    else:
+        rep["next"] = _next_steps(tree, results, overlay_results)
+    report_mod.write(rep, Path(run["report"]))
+    return rep
+
+
+def _next_steps(tree: Path, results: list[dict], overlay_results: list[dict]) -> str:
+    if any(r["status"] != "applied" for r in overlay_results):
+        return ("the overlay does not fit the base: update overlay/ and overlay/manifest.toml, then run "
+                "`python tools/apply.py --continue` (or --abort)")
+    return (f"fix the files in {tree} (`git am --show-current-patch=diff` shows the patch), `git add` them, "
+            "then `python tools/apply.py --continue`; or `python tools/apply.py --abort` to return the tree "
+            "to where it was")

@@ -1,0 +1,89 @@
+"""Command line: parse arguments, call one module per command, one fatal-error path."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import apply, pin, report, sources
+from .errors import ToolError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tools/apply.py", description=(
+        "Replay patches/series and overlay/ on an upstream vLLM base into a git tree (default build/vllm)."))
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--status", action="store_true",
+                      help="classify every patch against --base in a scratch tree; build/ is not touched")
+    mode.add_argument("--continue", dest="continue_", action="store_true",
+                      help="after fixing a conflict in the build tree: finish the patch, apply the rest")
+    mode.add_argument("--abort", action="store_true", help="undo a stopped run: the tree returns to where it was")
+    mode.add_argument("--export", action="store_true",
+                      help="write the commits above `base` in the build tree back to patches/ (canonical form)")
+    mode.add_argument("--check", action="store_true",
+                      help="CI: lint, apply exactly to the pinned base, re-export without difference, overlay")
+    p.add_argument("--base", default="", metavar="SPEC",
+                   help="pypi:X.Y.Z | nightly | vX.Y.Z (tag) | SHA | git:REF | path:DIR (default: the pin in VERSION)")
+    p.add_argument("--remote", help=f"git remote for nightly/tags/shas (default ${sources.REMOTE_ENV} or "
+                                    f"{sources.UPSTREAM_REMOTE})")
+    p.add_argument("--out", type=Path, default=None, help="the build tree (default build/vllm)")
+    p.add_argument("--report", type=Path, default=None,
+                   help="where the JSON report goes (default: next to the tree, <out>-report.json)")
+    p.add_argument("--3way", dest="three_way", action="store_true",
+                   help="let a patch that does not apply exactly fall back to a 3-way merge (reported per patch)")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild a tree holding work the tool did not make, after saving it under a recovery ref")
+    p.add_argument("--project", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    project = apply.Project(args.project.resolve())
+    out = (args.out or project.root / "build" / "vllm").absolute()
+    report_path = (args.report or out.with_name(out.name + "-report.json")).absolute()
+    try:
+        if args.abort:
+            target = apply.abort(project, out)
+            print(f"aborted: {out} is back at {target[:12]}")
+            return 0
+        if args.continue_:
+            rep = apply.continue_(project, out)
+            return _finish(rep, report_path)
+        if args.export:
+            from . import export
+            written = export.export_tree(project, out)
+            print(f"exported {len(written)} patches to {project.patches_dir}")
+            return 0
+        the_pin = pin.read_pin(project.version_file)
+        if args.check:
+            from . import check
+            return check.run(project, the_pin, args.remote)
+        base = sources.resolve(args.base, the_pin, args.remote)
+        if args.status:
+            from . import status
+            rep = status.run(project, base, the_pin)
+            return _finish(rep, args.report.absolute() if args.report else None)
+        rep = apply.build(project, base, sources.bases_repo(), out, report_path, args.three_way, args.force,
+                          the_pin.overlay_version)
+        return _finish(rep, report_path)
+    except ToolError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: run `python tools/apply.py --continue` or `--abort` for {out}", file=sys.stderr)
+        return 130
+
+
+def _finish(rep: dict, report_path: Path | None) -> int:
+    report.table(rep)
+    if report_path is not None:
+        if rep.get("mode") == "status":
+            report.write(rep, report_path)
+        print(f"report   {report_path}")
+    if rep.get("next"):
+        print(f"next     {rep['next']}", file=sys.stderr)
+    return 0 if rep["result"] == "clean" else 1

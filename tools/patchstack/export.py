@@ -1,0 +1,93 @@
+"""Write the commits above ``base`` in the build tree back to patches/, canonically.
+
+One mail per commit, with Electron's stable options: no stat, no signature, a zeroed From
+line, full index lines (so 3-way keeps working), subjects kept as they are, renames detected
+the same way everywhere. Author and date come from the commit, which ``git am`` preserved
+from the mail, so re-exporting an unchanged stack changes no byte. A commit keeps its series
+file name when its subject matches a listed patch; a new commit gets one in the group of the
+commit before it. A commit without the metadata trailers is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from . import git
+from .apply import Project, _commits
+from .errors import ToolError
+from .series import GROUPS, metadata_problems, parse_trailers, read_series
+
+FORMAT_PATCH = ("-c", "diff.renames=true", "-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false",
+                "-c", "format.signature=", "-c", "core.abbrev=40",
+                "format-patch", "--stdout", "--no-stat", "--no-signature", "--zero-commit", "--full-index",
+                "--keep-subject", "--no-numbered", "--no-notes", "--binary", "--no-thread", "--encode-email-headers")
+SERIES_PREAMBLE = """# The order in which tools/apply.py replays the patches on the base.
+# One patch file per line, relative to patches/; comment headers name the groups.
+"""
+
+
+def mail(tree: Path, commit: str) -> str:
+    return git.out(tree, *FORMAT_PATCH, "-1", commit, check=True) + "\n"
+
+
+def _slug(subject: str) -> str:
+    s = re.sub(r"^\[[^\]]*\]\s*", "", subject)
+    return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")[:52].rstrip("-") or "patch"
+
+
+def series_text(by_group: dict[str, list[str]]) -> str:
+    parts = [SERIES_PREAMBLE]
+    for group in GROUPS:
+        parts.append(f"\n# {group}\n" + "".join(f"{name}\n" for name in by_group.get(group, [])))
+    return "".join(parts)
+
+
+def export_tree(project: Project, tree: Path, dest: Path | None = None) -> list[str]:
+    """Export ``tree`` into ``dest`` (default patches/); return the written patch names."""
+    dest = dest or project.patches_dir
+    tree = tree.resolve()
+    if not (tree / ".git").exists() or git.rev(tree, "base") is None:
+        raise ToolError(f"{tree}: no build tree with a `base` tag; run tools/apply.py first")
+    if git.am_in_progress(tree):
+        raise ToolError(f"{tree}: a git am is in progress; finish it with --continue first")
+    commits = _commits(tree)
+    if commits and git.out(tree, "log", "-1", "--format=%s", commits[-1]).startswith("overlay: ") and \
+            git.out(tree, "log", "-1", "--format=%ae", commits[-1]) == git.TOOL_EMAIL:
+        commits = commits[:-1]  # the overlay commit is made from overlay/, not exported
+    current = read_series(project.patches_dir).patches
+    by_subject = {p.subject: p for p in current}
+    by_group: dict[str, list[str]] = {}
+    written, problems, group = [], [], GROUPS[0]
+    mails = []
+    for c in commits:
+        subject = git.out(tree, "log", "-1", "--format=%s", c)
+        message = git.out(tree, "log", "-1", "--format=%B", c)
+        bad = metadata_problems(parse_trailers(message))
+        if bad:
+            problems.append(f"commit {c[:12]} {subject!r}: " + "; ".join(bad))
+            continue
+        known = by_subject.get(subject)
+        if known:
+            name, group = known.name, known.group or group
+        else:
+            taken = {n for names in by_group.values() for n in names} | {p.name for p in current}
+            nums = [int(m.group(1)) for n in taken if (m := re.match(rf"{re.escape(group)}/(\d+)-", n))]
+            name = f"{group}/{max(nums, default=0) + 1:04d}-{_slug(subject)}.patch"
+        by_group.setdefault(group, []).append(name)
+        mails.append((name, mail(tree, c)))
+    if problems:
+        raise ToolError("refusing to export commits without metadata (add the trailers of patches/FORMAT.md "
+                        "with `git commit --amend` or `git rebase -i`):\n  " + "\n  ".join(problems))
+    keep = {name for name, _ in mails}
+    for p in current:
+        if p.name not in keep and dest == project.patches_dir:
+            p.path.unlink()  # dropped from the stack
+    for name, text in mails:
+        path = dest / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+        written.append(name)
+    (dest / "series").write_text(series_text(by_group))
+    return written

@@ -85,7 +85,7 @@ def _foreign_work(tree: Path, state: dict | None) -> list[str]:
         found.append("an earlier run stopped there: finish it with --continue or undo it with --abort")
     if git.am_in_progress(tree):
         found.append("a `git am` is in progress")
-    dirty = git.out(tree, "status", "--porcelain", "--untracked-files=all").splitlines()
+    dirty = git.run(tree, "status", "--porcelain", "--untracked-files=all").stdout.splitlines()
     if dirty:
         shown = ", ".join(line[3:] for line in dirty[:5]) + (", …" if len(dirty) > 5 else "")
         found.append(f"{len(dirty)} uncommitted or untracked paths ({shown})")

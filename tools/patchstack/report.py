@@ -19,7 +19,8 @@ def write(report: dict, path: Path) -> None:
     path.write_text(json.dumps(report, indent=2) + "\n")
 
 
-def table(report: dict, out=sys.stdout) -> None:
+def table(report: dict, out=None) -> None:
+    out = out or sys.stdout
     base = report["base"]
     print(f"base     {base.get('spec')}  commit {base.get('commit', '')[:12]}"
           + (f"  sha256 {base['sha256'][:16]}…" if base.get("sha256") else "")

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import vllm.triton_utils as triton_utils
 from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.model_executor.kernels import linear as linear_kernels
 from vllm.model_executor.kernels.linear.scaled_mm import b12x as b12x_mod
@@ -42,9 +43,14 @@ E8M0_BYTES = torch.arange(1, 255, dtype=torch.uint8)
 
 
 @pytest.fixture(autouse=True)
-def _vllm_config():
+def _vllm_config(monkeypatch):
     # The kernels build QuantFP8 custom ops, which read the current config.
-    with set_current_vllm_config(VllmConfig()):
+    # A default VllmConfig on an x86 CPU without triton-cpu refuses to build
+    # (CpuPlatform.check_and_update_config); nothing here runs Triton.
+    with monkeypatch.context() as m:
+        m.setattr(triton_utils, "HAS_TRITON", True)
+        config = VllmConfig()
+    with set_current_vllm_config(config):
         yield
 
 

@@ -13,6 +13,7 @@ only remembers what the tree cannot say: where HEAD was before the run, the base
 from __future__ import annotations
 
 import datetime as dt
+import re
 import json
 import os
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 from . import git, hunks, overlay, report as report_mod
 from .errors import ToolError
 from .series import Patch, read_series
-from .sources import Base
+from .sources import Base, bases_repo
 
 BRANCH = "patched"
 STATE_DIR = "vllm-overlay"
@@ -144,7 +145,8 @@ def prepare_tree(tree: Path, base: Base, bases_repo: Path, force: bool) -> tuple
             print(f"saved the tree's previous state as {recovery}", file=sys.stderr)
     previous_head = git.rev(tree, "HEAD")
     if not git.has_commit(tree, base.commit):
-        git.run(tree, "fetch", "-q", "--no-tags", str(bases_repo), base.commit)
+        # depth 1: a git base is a shallow fetch, and the tree needs only the base commit itself
+        git.run(tree, "fetch", "-q", "--no-tags", "--depth=1", str(bases_repo), base.commit)
     git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, base.commit)
     git.run(tree, "tag", "-f", "base", base.commit)
     return previous_head, recovery, (state if state and not state.get("run") else None)
@@ -205,7 +207,20 @@ def _sync(tree: Path, patches: list[Patch], results: list[dict]) -> int:
     return len(commits)
 
 
-def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way: bool, save) -> bool:
+def copy_preimages(tree: Path, patch: Patch, bases_repo: Path) -> None:
+    """Give a 3-way merge the blobs the patch was made against (a shallow tree lacks the old base)."""
+
+    wanted = set(re.findall(r"^index ([0-9a-f]{40})\.\.", patch.path.read_text(errors="replace"), re.M))
+    for blob in sorted(wanted - {"0" * 40}):
+        if git.run(tree, "cat-file", "-e", blob, check=False).returncode == 0:
+            continue
+        data = git.run(bases_repo, "cat-file", "blob", blob, check=False, text=False)
+        if data.returncode == 0:
+            git.run(tree, "hash-object", "-w", "--stdin", input=data.stdout, text=False)
+
+
+def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way: bool, save,
+               bases_repo: Path) -> bool:
     """Apply the patches not yet committed; keep one result per patch. False when stopped at a conflict."""
     while (i := _sync(tree, patches, results)) < len(patches):
         ok, output = _am(tree, [p.path for p in patches[i:]], three_way=False)
@@ -216,6 +231,7 @@ def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way:
         stuck = patches[k]
         if three_way:
             git.run(tree, "am", "--quit")
+            copy_preimages(tree, stuck, bases_repo)
             ok, output = _am(tree, [stuck.path], three_way=True)
             if ok:
                 _sync(tree, patches, results)
@@ -330,10 +346,10 @@ def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> di
     def save():
         _write_state(tree, {"run": run})
 
-    clean = run_series(tree, patches, results, run["three_way"], save)
+    clean = run_series(tree, patches, results, run["three_way"], save, bases_repo())
     overlay_results: list[dict] = []
     if clean:
-        date = git.out(tree, "log", "-1", "--format=%cI", "base")
+        date = git.out(tree, "show", "-s", "--format=%cI", "base")
         clean, overlay_results = apply_overlay(project, tree, date)
     rep = {
         "tool": "tools/apply.py", "mode": "apply", "overlay_version": run["overlay_version"],

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""E8M0 weight scales on the block-FP8 linear kernels, and their selection on a
-simulated SM12x device (patch sm120/0001).
+"""E8M0 weight scales on the block-FP8 linear kernels (patch sm120/0001), and
+block-FP8 kernel selection on a simulated SM12x device, where DeepGEMM's FP8
+linear GEMM is opt-in on SM121 (patch sm120/0002).
 
 CPU only: the kernels are instantiated and their weight processing is run, but
 no GEMM is launched. The GPU platform is simulated by swapping vLLM's
@@ -201,10 +202,27 @@ def _choose() -> type:
     )
 
 
-@pytest.mark.parametrize("minor", [0, 1])
-def test_selection_sm12x_deep_gemm_on(sm12x, minor):
-    sm12x(minor, deep_gemm=True)
+def test_selection_sm120_deep_gemm_on(sm12x, monkeypatch):
+    monkeypatch.delenv("VLLM_DEEP_GEMM_FP8_LINEAR_SM121", raising=False)
+    sm12x(0, deep_gemm=True)
     assert _choose() is deep_gemm_mod.DeepGemmFp8BlockScaledMMKernel
+
+
+def test_selection_sm121_deep_gemm_is_opt_in(sm12x, monkeypatch):
+    """Patch sm120/0002: on SM121 (GB10) DeepGEMM's FP8 linear GEMM needs
+    VLLM_DEEP_GEMM_FP8_LINEAR_SM121=1; without it CUTLASS is chosen."""
+    sm12x(1, deep_gemm=True)
+    monkeypatch.delenv("VLLM_DEEP_GEMM_FP8_LINEAR_SM121", raising=False)
+    assert _choose() is CutlassFp8BlockScaledMMKernel
+    supported, reason = deep_gemm_mod.DeepGemmFp8BlockScaledMMKernel.is_supported()
+    assert not supported
+    assert "VLLM_DEEP_GEMM_FP8_LINEAR_SM121=1" in reason
+
+    monkeypatch.setenv("VLLM_DEEP_GEMM_FP8_LINEAR_SM121", "1")
+    assert _choose() is deep_gemm_mod.DeepGemmFp8BlockScaledMMKernel
+
+    monkeypatch.setenv("VLLM_DEEP_GEMM_FP8_LINEAR_SM121", "0")
+    assert _choose() is CutlassFp8BlockScaledMMKernel
 
 
 @pytest.mark.parametrize("minor", [0, 1])

@@ -112,6 +112,8 @@ def mismatch(repo: Path, treeish: str, path: str, hunk: Hunk) -> str:
     have = p.stdout.splitlines()
     want = hunk.preimage
     start = max(hunk.old_start - 1, 0)
+    if not want and have:
+        return f"line 1: expected an empty file, found {have[0].strip()!r}"
     for i, line in enumerate(want):
         got = have[start + i] if start + i < len(have) else "<end of file>"
         if got != line:

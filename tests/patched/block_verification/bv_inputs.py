@@ -36,6 +36,8 @@ def make_batch(
     ).reshape(num_logits, V)
     q = torch.softmax(raw_draft / safe_t, dim=-1)
     drafts = torch.multinomial(q.reshape(B * K, V), 1, generator=g).view(B, K)
+    # Greedy requests get a greedy drafter.
+    drafts = torch.where((temps == 0).view(B, 1), raw_draft.argmax(-1), drafts)
     for r, steps in (placeholders or {}).items():
         for i in steps:
             drafts[r, i] = -1

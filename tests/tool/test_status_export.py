@@ -22,7 +22,7 @@ def test_status_reports_every_class_with_decisions(project, upstream, tmp_path, 
     project.add(upstream, "0004-moved.patch", {"vllm/gone.py": "bye, ours\n"}, "[Misc] edit a file",
                 group="sm120", on=with_gone)
     project.add(upstream, "0005-conflict.patch", {"vllm/__init__.py": "X = 1\n"}, "[Misc] init", group="tilelang")
-    project.add(upstream, "0006-threeway.patch", {"vllm/sampler.py": edited(SAMPLER, "line 20\n", "line 20 ours\n")},
+    project.add(upstream, "0006-threeway.patch", {"vllm/sampler.py": edited(SAMPLER, "line 18\n", "line 18 ours\n")},
                 "[Misc] 3way", group="tilelang")
     # the new upstream: merged 0002, half of 0003, removed 0004's target, changed 0005's and 0006's context
     new = upstream.commit({

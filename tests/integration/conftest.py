@@ -1,0 +1,36 @@
+"""Integration tests: the real series on real vLLM sdists from PyPI (downloaded once into the user
+cache dir, ~50 MB each; every later run reuses it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from patchstack import sources  # noqa: E402
+from patchstack.pin import read_pin  # noqa: E402
+
+
+def git(cwd, *args, **kw):
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True,
+                          **kw).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def pin():
+    return read_pin(ROOT / "VERSION")
+
+
+@pytest.fixture(scope="session")
+def base_0340(pin):
+    return sources.resolve("", pin)
+
+
+@pytest.fixture(scope="session")
+def base_0330(pin):
+    return sources.resolve("pypi:0.33.0", pin)

@@ -9,9 +9,13 @@ With CUDA nothing is changed and the kernels run on the GPU.
 """
 
 import os
+import sys
 
 import pytest
 import torch
+
+# The tests import bv_inputs from this directory under any --import-mode.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
@@ -38,7 +42,6 @@ def kernels_unavailable_reason() -> str | None:
         return None
     try:
         from triton.runtime.interpreter import InterpretedFunction
-
         from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils as rsu
     except ImportError as e:
         return f"Triton or vLLM kernels unavailable: {e}"

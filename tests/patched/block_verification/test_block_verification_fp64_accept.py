@@ -11,7 +11,6 @@ the test cannot pass vacuously).
 import pytest
 import torch
 from bv_inputs import make_batch, run_kernel, run_reference, valid_rows
-
 from vllm.v1.worker.gpu.spec_decode import reference_rejection_sampler as ref
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils as rsu
 
@@ -73,9 +72,7 @@ def test_fp64_acceptance_draw(
 
 @pytest.mark.parametrize("use_block_verification", [False, True])
 def test_fp32_path_keeps_philox_draw(kernel_device: str, use_block_verification: bool):
-    kw = make_batch(
-        TEMPERATURES, K, V, draft_noise=1.5, seed=11, device=kernel_device
-    )
+    kw = make_batch(TEMPERATURES, K, V, draft_noise=1.5, seed=11, device=kernel_device)
     options = dict(use_block_verification=use_block_verification, use_fp64=False)
     sampled, num_sampled = run_kernel(kw, **options)
     assert valid_rows(sampled, num_sampled) == valid_rows(*run_reference(kw, **options))

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 import torch
 from bv_inputs import draft_cache, make_batch, run_kernel, valid_rows
-
 from vllm.v1.worker.gpu.sample.states import SamplingStates
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils as rsu
 from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
 
-PREP_KERNELS = ("_compute_cumulative_log_p_kernel", "_compute_local_residual_mass_kernel")
+PREP_KERNELS = (
+    "_compute_cumulative_log_p_kernel",
+    "_compute_local_residual_mass_kernel",
+)
 K, V = 3, 37
 
 

@@ -46,9 +46,7 @@ def test_kernel_matches_reference(
 def test_kernel_matches_reference_with_explicit_rejections(kernel_device: str):
     """A noisy draft so that rejections and residual resampling happen often
     (the case above mostly accepts); block verification, draft logits."""
-    kw = make_batch(
-        [1.0] * 8, 3, 29, draft_noise=3.0, seed=5, device=kernel_device
-    )
+    kw = make_batch([1.0] * 8, 3, 29, draft_noise=3.0, seed=5, device=kernel_device)
     for block in (False, True):
         sampled, num_sampled = run_kernel(kw, use_block_verification=block)
         ref_sampled, ref_num = run_reference(kw, use_block_verification=block)

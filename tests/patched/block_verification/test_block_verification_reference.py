@@ -15,7 +15,6 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from vllm.v1.worker.gpu.spec_decode import reference_rejection_sampler as ref
 
 
@@ -55,9 +54,7 @@ def _exact_outputs(tables: PrefixTables, K: int, method: str, has_draft_logits: 
     out: dict[tuple[int, ...], float] = {}
     expected_tau = 0.0
     for drafts in itertools.product(range(tables.V), repeat=K):
-        q_seq = math.prod(
-            float(tables.q(drafts[:i])[drafts[i]]) for i in range(K)
-        )
+        q_seq = math.prod(float(tables.q(drafts[:i])[drafts[i]]) for i in range(K))
         target_logits = torch.stack(
             [tables.logits(drafts[:i])[0] for i in range(K + 1)]
         )
@@ -157,9 +154,13 @@ def test_greedy_is_argmax_matching():
     rng = random.Random(0)
     for trial in range(50):
         V, K = 5, 4
-        target_logits = torch.randn(K + 1, V, generator=torch.Generator().manual_seed(trial))
+        target_logits = torch.randn(
+            K + 1, V, generator=torch.Generator().manual_seed(trial)
+        )
         argmax = target_logits.argmax(-1).tolist()
-        drafts = [argmax[i] if rng.random() < 0.6 else rng.randrange(V) for i in range(K)]
+        drafts = [
+            argmax[i] if rng.random() < 0.6 else rng.randrange(V) for i in range(K)
+        ]
         if rng.random() < 0.3:
             drafts[rng.randrange(K)] = -1
         expected = []
@@ -222,6 +223,10 @@ def test_fp64_acceptance_uniform_has_53_bits():
     assert sum(float(np.float32(u)) != u for u in values) >= len(values) - 1
     assert ref.ACCEPT_UNIFORM_KEY >= 2**32 - 1
     # The fp32 draw is Philox, bounded away from zero as in the kernel.
-    u32 = [ref.acceptance_uniform(s, p, 0, False, False) for s in range(4) for p in range(4)]
+    u32 = [
+        ref.acceptance_uniform(s, p, 0, False, False)
+        for s in range(4)
+        for p in range(4)
+    ]
     assert all(ref.TL_RAND_MIN <= u < 1.0 for u in u32)
     assert all(float(np.float32(u)) == u for u in u32)

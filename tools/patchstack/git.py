@@ -52,6 +52,9 @@ def out(repo: Path | None, *args: str, **kw) -> str:
 
 
 def git_dir(repo: Path) -> Path:
+    dot = repo / ".git"
+    if dot.is_dir():  # the common case, without a subprocess
+        return dot.resolve()
     return Path(out(repo, "rev-parse", "--absolute-git-dir"))
 
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import git, index
+from . import git
 from .errors import ToolError
 from .pin import Pin
 
@@ -81,6 +80,7 @@ def resolve(spec: str, pin: Pin, remote: str | None = None) -> Base:
 # --- PyPI sdist -----------------------------------------------------------------------------
 
 def _from_pypi(spec: str, version: str, pin: Pin) -> Base:
+    from . import index  # urllib, ssl: only when a download may be needed
     filename = f"vllm-{version}.tar.gz"
     pinned = pin.sdist_sha256 if version == pin.vllm else None
     tarball = cache_dir() / "sdist" / filename
@@ -140,6 +140,7 @@ def _import(repo: Path, entries: list[tuple[str, str, bytes]], message: str, dat
 
 def import_tarball(repo: Path, tarball: Path, message: str) -> tuple[str, int]:
     """Import every file of an sdist tarball (top directory stripped) as one commit."""
+    import tarfile
     entries: list[tuple[str, str, bytes]] = []
     date = 0
     try:

@@ -43,7 +43,8 @@ def upstream_change_as_patch(base_old, base_new, dest):
         os.unlink(idx)
     msg = f"[Sampler] parenthesise the penalty condition\n\nBackported from upstream.\n\n{TRAILERS}"
     commit = git(repo, "commit-tree", tree, "-p", base_old.commit, "-m", msg, env=env)
-    dest.write_text(git(repo, *FORMAT_PATCH, "-1", commit) + "\n")
+    dest.write_text(subprocess.run(["git", "-C", str(repo), *FORMAT_PATCH, "-1", commit], check=True,
+                                   capture_output=True, text=True).stdout)
 
 
 @pytest.fixture

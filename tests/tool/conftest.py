@@ -28,13 +28,13 @@ UPSTREAM_FILES = {
 }
 
 
-def git(cwd, *args, env=None):
+def git(cwd, *args, env=None, strip=True):
     e = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
              GIT_COMMITTER_EMAIL="t@t", GIT_AUTHOR_DATE="2026-01-01T00:00:00Z",
              GIT_COMMITTER_DATE="2026-01-01T00:00:00Z")
     e.update(env or {})
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True,
-                          env=e).stdout.strip()
+    out = subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=e).stdout
+    return out.strip() if strip else out
 
 
 def write_files(root: Path, files: dict[str, str]) -> None:
@@ -83,7 +83,7 @@ class Upstream:
         git(work, "commit", "-qm", f"{subject}\n\nWhy this change.\n\n{trailers}",
             env={"GIT_AUTHOR_NAME": "DSpark overlay", "GIT_AUTHOR_EMAIL": "d@o"})
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(git(work, *FORMAT_PATCH, "-1", "HEAD") + "\n")
+        dest.write_text(git(work, *FORMAT_PATCH, "-1", "HEAD", strip=False))
         return dest
 
 

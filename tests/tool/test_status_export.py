@@ -118,3 +118,14 @@ def test_check_passes_on_a_canonical_stack_and_fails_on_churn(project, upstream,
     p.write_text(p.read_text().replace("Date: ", "X-Mailer: churn\nDate: "))
     assert project.run("--check") == 1
     assert "0001-a.patch: re-export differs" in capsys.readouterr().err
+
+
+def test_export_keeps_a_trailing_blank_context_line(project, upstream, tmp_path):
+    upstream.v1 = upstream.commit({"vllm/blank.py": "x = 1\n\n"}, "a file ending in a blank line")
+    project.add(upstream, "0001-a.patch", {"vllm/blank.py": "x = 2\n\n"}, "[Misc] a")
+    mail = (project.path / "patches" / "dspark" / "0001-a.patch").read_text()
+    assert mail.endswith("+x = 2\n \n")  # the last line of the diff is a context line holding one space
+    out = tmp_path / "vllm"
+    assert project.run("--base", f"path:{upstream.path}", "--out", str(out)) == 0
+    assert project.run("--export", "--out", str(out)) == 0
+    assert (project.path / "patches" / "dspark" / "0001-a.patch").read_text() == mail

@@ -28,7 +28,8 @@ SERIES_PREAMBLE = """# The order in which tools/apply.py replays the patches on 
 
 
 def mail(tree: Path, commit: str) -> str:
-    return git.out(tree, *FORMAT_PATCH, "-1", commit, check=True) + "\n"
+    # not stripped: a patch may end in a context line that is a single space
+    return git.run(tree, *FORMAT_PATCH, "-1", commit).stdout
 
 
 def _slug(subject: str) -> str:

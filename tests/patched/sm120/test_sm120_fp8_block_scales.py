@@ -13,8 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-import vllm.triton_utils as triton_utils
+from vllm import triton_utils
 from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.model_executor.kernels import linear as linear_kernels
 from vllm.model_executor.kernels.linear.scaled_mm import b12x as b12x_mod
@@ -79,12 +78,8 @@ def _scale_bytes() -> torch.Tensor:
 def _layer(scale: torch.Tensor, scale_name: str) -> torch.nn.Module:
     layer = torch.nn.Module()
     weight = torch.randn(N, K).clamp(-4, 4).to(torch.float8_e4m3fn)
-    layer.register_parameter(
-        "weight", torch.nn.Parameter(weight, requires_grad=False)
-    )
-    layer.register_parameter(
-        scale_name, torch.nn.Parameter(scale, requires_grad=False)
-    )
+    layer.register_parameter("weight", torch.nn.Parameter(weight, requires_grad=False))
+    layer.register_parameter(scale_name, torch.nn.Parameter(scale, requires_grad=False))
     layer.input_scale = None
     layer.weight_block_size = [BLOCK, BLOCK]
     return layer

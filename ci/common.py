@@ -149,7 +149,8 @@ def release_wheel(pin: Pin, base: BaseId, arch: str | None = None, find=None) ->
         if found.sha256 and found.sha256 != pin.wheel_sha256:
             raise CIError(f"{pin.wheel}: the index serves sha256 {found.sha256}, VERSION pins "
                           f"{pin.wheel_sha256}; refusing it")
-        return UpstreamWheel(pin.wheel, found.url, pin.wheel_sha256, "PyPI wheel of the pinned base, sha256 from VERSION")
+        return UpstreamWheel(pin.wheel, found.url, pin.wheel_sha256,
+                             "PyPI wheel of the pinned base, sha256 from VERSION")
     if base.kind != "pypi" or not base.version:
         raise CIError(f"base {base.spec} is not a PyPI release")
     filename = f"vllm-{base.version}-cp38-abi3-manylinux_2_28_{arch}.whl"

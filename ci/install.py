@@ -153,8 +153,8 @@ def precompiled_wheel(tree: Path, pin, base: common.BaseId, variant: str | None,
     if local is None:
         raise CIError(f"base {base.spec} is a local path: no upstream wheel is known to match it; pass "
                       "--wheel FILE (built from the same commit) or use --route python-only")
-    name = local.name
-    return common.UpstreamWheel(name, None, None, "given with --wheel for a local base (not verifiable)"), variant or "?"
+    why = "given with --wheel for a local base (not verifiable)"
+    return common.UpstreamWheel(local.name, None, None, why), variant or "?"
 
 
 def precompiled_plan(tree: Path, wheel_path: Path, version: str | None) -> list[tuple[list, dict]]:
@@ -187,11 +187,15 @@ def installed_matches(stamp: dict) -> bool:
         return False
     if old != stamp:
         return False
-    code = "import vllm, sys; print(vllm.__file__)"
+    code = "import vllm; print(vllm.__file__); print(vllm.__version__)"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=dict(os.environ, VLLM_TARGET_DEVICE="cpu"), cwd="/")
-    return p.returncode == 0 and Path(p.stdout.strip().splitlines()[-1]).resolve().is_relative_to(
-        Path(stamp["tree"]).resolve())
+    if p.returncode:
+        return False
+    file, version = p.stdout.strip().splitlines()[-2:]
+    # vllm/_version.py is written by the install; a restored one means: install again
+    return Path(file).resolve().is_relative_to(Path(stamp["tree"]).resolve()) and (
+        stamp["version"] is None or version == stamp["version"])
 
 
 # --- main ------------------------------------------------------------------------------------------

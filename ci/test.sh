@@ -50,14 +50,16 @@ lint() {
     step "lint"
     "$PY" -m pip install --quiet -r ci/requirements/lint.txt
     "$VENV/bin/check-jsonschema" --builtin-schema vendor.github-workflows ci/workflows/*.yml
-    "$VENV/bin/zizmor" --offline --no-progress ci/workflows/
-    "$VENV/bin/ruff" check --quiet ci/ tests/tool/test_install_*.py tests/tool/test_wheel_*.py
+    "$VENV/bin/zizmor" --offline --no-progress ci/workflows/*.yml
+    "$VENV/bin/ruff" check --quiet --isolated --select E,F,W,B --line-length 120 ci/common.py ci/install.py ci/build_wheel.py \
+        ci/smoke_wheel.py ci/upstream_tests.py tests/tool/test_install_*.py tests/tool/test_wheel_*.py
 }
 
 tool() {
     ensure_venv
     step "tier 1: the tool"
-    "$PY" -m pip install --quiet -r tools/requirements.txt -r ci/requirements/test.txt
+    "$PY" -m pip install --quiet -r tools/requirements.txt -r ci/requirements/test.txt \
+        -r ci/requirements/build.txt
     "$PY" tools/apply.py --check
     run_pytest yes "tests/tool" "$PY" -m pytest -q -p no:cacheprovider tests/tool
 }

@@ -200,6 +200,13 @@ def test_raising_backend_fails_only_if_vllm_picks_it():
     assert any("vLLM's pick" in p for p in picked.problems)
 
 
+def test_only_raising_backends_is_incomplete():
+    cases = sc.cases_for(SMALL, [1], ["e8m0"])
+    report = sc.run_checks([Fake("Raising", _raise)], cases, picked={"small": "X"})
+    assert report.exit_code == 2
+    assert report.verdict == "incomplete"
+
+
 def test_no_kernel_for_a_shape_fails():
     cases = sc.cases_for(SMALL, [1], ["e8m0"])
     report = sc.run_checks([Fake("Good")], cases, picked={"small": "none: reasons"})

@@ -94,7 +94,7 @@ def select(tree: Path, config: dict, touched: list[str] | None = None) -> Select
             continue
         if entry.get("always") or path in candidates:
             ids = entry.get("tests") or [path]
-            sel.run += ids
+            sel.run += ids + [f"--deselect={d}" for d in entry.get("deselect", [])]
             sel.why[path] = ("always" if entry.get("always") else "imports " + ", ".join(candidates[path]))
     for path, hits in candidates.items():
         if path in not_cpu:

@@ -24,7 +24,6 @@ def kernels_unavailable_reason() -> str | None:
         return None
     try:
         from triton.runtime.interpreter import InterpretedFunction
-
         from vllm.v1.worker.gpu.spec_decode.dflash import speculator
     except ImportError as e:
         return f"Triton or vLLM kernels unavailable: {e}"

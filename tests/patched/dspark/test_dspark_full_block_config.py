@@ -9,12 +9,69 @@ through the interpreter without CUDA).
 
 from collections import defaultdict
 from types import SimpleNamespace
+from unittest.mock import MagicMock, patch
 
 import pytest
 import torch
-from dspark_helpers import dsv4_dspark_config, make_speculative_config
 
 BLOCK = 5  # dspark_block_size of DeepSeek-V4-Flash
+
+
+def make_speculative_config(
+    hf_kwargs: dict,
+    architecture: str,
+    **speculative_kwargs,
+):
+    """A real SpeculativeConfig over a mocked draft ModelConfig, as upstream's
+    tests/config/test_speculative_draft_hf_overrides.py builds it (CPU only,
+    no checkpoint)."""
+    from transformers import PretrainedConfig
+    from vllm.config.parallel import ParallelConfig
+    from vllm.config.speculative import SpeculativeConfig
+
+    defaults = dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=64
+    )
+    defaults.update(hf_kwargs)
+    hf_config = SpeculativeConfig.hf_config_override(PretrainedConfig(**defaults))
+    declared = {
+        "Gemma4DSparkModel": (
+            "vllm.v1.worker.gpu.spec_decode.dspark.config.DSparkSpeculatorConfig"
+        )
+    }
+    draft = MagicMock(
+        hf_config=hf_config,
+        architectures=hf_config.architectures,
+        max_model_len=128,
+        speculator_config_class=declared.get(hf_config.architectures[0]),
+    )
+    draft.registry.inspect_model_cls.return_value = (None, architecture)
+    target = MagicMock(
+        model="target", max_model_len=128, quantization=None, hf_overrides={}
+    )
+    target.hf_config.model_type = hf_kwargs["model_type"]
+    target.using_transformers_backend.return_value = False
+    speculative_kwargs.setdefault("model", "draft")
+    with patch("vllm.config.ModelConfig", return_value=draft):
+        return SpeculativeConfig(
+            **speculative_kwargs,
+            target_model_config=target,
+            target_parallel_config=ParallelConfig(),
+        )
+
+
+def dsv4_dspark_config(num_speculative_tokens: int, *, v41: bool = False, block=5):
+    """DeepSeek-V4(.1) DSpark (draft weights in the target checkpoint)."""
+    model_type = "deepseek_v41" if v41 else "deepseek_v4"
+    arch = "DSparkV41DraftModel" if v41 else "DSparkDraftModel"
+    return make_speculative_config(
+        dict(
+            model_type=model_type, num_nextn_predict_layers=3, dspark_block_size=block
+        ),
+        arch,
+        method="dspark",
+        num_speculative_tokens=num_speculative_tokens,
+    )
 
 
 @pytest.mark.parametrize("v41", [False, True])
@@ -44,7 +101,9 @@ def test_n_at_or_above_the_block_is_unchanged(n):
 def test_other_dspark_drafts_keep_upstream_sizing():
     # Only the DeepSeek-V4 drafts (sparse SWA attention) run the full block.
     spec = make_speculative_config(
-        dict(model_type="gemma4_text", architectures=["Gemma4DSparkModel"], block_size=5),
+        dict(
+            model_type="gemma4_text", architectures=["Gemma4DSparkModel"], block_size=5
+        ),
         "Gemma4DSparkModel",
         method="dspark",
         num_speculative_tokens=3,
@@ -54,7 +113,6 @@ def test_other_dspark_drafts_keep_upstream_sizing():
 
 def _builder(n: int, window: int, max_tokens: int = 64):
     from transformers import PretrainedConfig
-
     from vllm.v1.attention.backends.mla.sparse_swa import (
         DeepseekSparseSWAMetadataBuilder,
     )
@@ -148,9 +206,7 @@ def _block_metadata(num_query: int, seq_lens: list[int], causal: bool):
 
     num_reqs = len(seq_lens)
     query_start_loc = torch.arange(num_reqs + 1, dtype=torch.int32) * num_query
-    block_table = torch.arange(1, 1 + num_reqs * 8, dtype=torch.int32).view(
-        num_reqs, 8
-    )
+    block_table = torch.arange(1, 1 + num_reqs * 8, dtype=torch.int32).view(num_reqs, 8)
     slots = [
         int(block_table[r, pos // 16]) * 16 + pos % 16
         for r, seq_len in enumerate(seq_lens)

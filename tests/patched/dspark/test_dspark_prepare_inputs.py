@@ -32,7 +32,12 @@ SENTINEL_ROWS = 4  # sample rows past max_num_reqs * N, never to be written
 # state, and its block table. Request 0 is upstream's test case.
 REQUESTS = [
     dict(positions=[10, 11, 12, 13], rejected=2, state=2, blocks=[0, 0, 7, 8, 9]),
-    dict(positions=[20, 21, 22, 23], rejected=0, state=0, blocks=[1, 2, 3, 4, 5, 6, 19, 20]),
+    dict(
+        positions=[20, 21, 22, 23],
+        rejected=0,
+        state=0,
+        blocks=[1, 2, 3, 4, 5, 6, 19, 20],
+    ),
     dict(positions=[30, 31, 32, 33], rejected=3, state=3, blocks=[0] * 7 + [21, 22]),
 ]
 LAST_SAMPLED = [77, 0, 99, 55]  # by request state

@@ -45,9 +45,10 @@ and the synthetic harness use to get exact expectations.
 Random numbers: ``rejection_sample_reference`` reproduces the kernels' draws
 bit for bit: the acceptance uniform is Triton's Philox ``tl.rand`` keyed by the
 request seed (mixed with the step index in block mode) and the logit position,
-or, with ``use_fp64``, the 53-bit murmur3 uniform under the key
-``ACCEPT_UNIFORM_KEY``; resampling is Gumbel-max with murmur3 uniforms keyed by
-(seed, position, token id). Explicit uniforms may be passed instead.
+or, with ``use_fp64``, its 53-bit refinement (``tl_rand64``: the same Philox
+word for the top 31 bits, a second word for the 22 below); resampling is
+Gumbel-max with murmur3 uniforms keyed by (seed, position, token id). Explicit
+uniforms may be passed instead.
 """
 
 import math
@@ -57,8 +58,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-# Keep in sync with rejection_sampler_utils._ACCEPT_UNIFORM_KEY.
-ACCEPT_UNIFORM_KEY = 0xFFFFFFFF
 # Smallest acceptance uniform of the fp32 path (gumbel._TL_RAND_MIN).
 TL_RAND_MIN = np.float32(4.6566127342e-10)
 
@@ -71,8 +70,10 @@ _M64 = 0xFFFFFFFFFFFFFFFF
 # ---------------------------------------------------------------------------
 
 
-def _philox_4x32_10(c0: int, c1: int, c2: int, c3: int, k0: int, k1: int) -> int:
-    """First output word of Triton's philox_impl (10 rounds, 32-bit)."""
+def _philox_4x32_10(
+    c0: int, c1: int, c2: int, c3: int, k0: int, k1: int
+) -> tuple[int, int]:
+    """First two output words of Triton's philox_impl (10 rounds, 32-bit)."""
     for _ in range(10):
         _c0, _c2 = c0, c2
         c0 = ((0xCD9E8D57 * _c2) >> 32) ^ c1 ^ k0
@@ -81,7 +82,18 @@ def _philox_4x32_10(c0: int, c1: int, c2: int, c3: int, k0: int, k1: int) -> int
         c3 = (0xD2511F53 * _c0) & _M32
         k0 = (k0 + 0x9E3779B9) & _M32
         k1 = (k1 + 0xBB67AE85) & _M32
-    return c0
+    return c0, c1
+
+
+def _philox_words(seed: int, offset: int) -> tuple[int, int]:
+    """Words 0 and 1 of tl.randint4x(seed, offset) for an offset below 2**32."""
+    seed &= _M64
+    return _philox_4x32_10(offset & _M32, 0, 0, 0, seed & _M32, seed >> 32)
+
+
+def _fold31(word: int) -> int:
+    """uint_to_uniform_float's bitcast to int32 and ``~x`` for negatives."""
+    return (~(word - (1 << 32))) & _M32 if word >= 1 << 31 else word
 
 
 def philox_uniform32(seed: int, offset: int) -> float:
@@ -90,13 +102,21 @@ def philox_uniform32(seed: int, offset: int) -> float:
     ``offset`` is taken as the int32 logit position the kernel loads (int64
     offsets would fill the second counter word; positions never need it).
     """
-    seed &= _M64
-    offset &= _M32
-    x = _philox_4x32_10(offset, 0, 0, 0, seed & _M32, seed >> 32)
-    if x >= 1 << 31:  # bitcast to int32, then ~x for negatives
-        x = (~(x - (1 << 32))) & _M32
+    x = _fold31(_philox_words(seed, offset)[0])
     u = np.float32(np.float32(x) * np.float32(4.6566127342e-10))
     return float(max(u, TL_RAND_MIN))
+
+
+def philox_uniform64(seed: int, offset: int) -> float:
+    """gumbel.tl_rand64: the 53-bit refinement of ``philox_uniform32``."""
+    word_0, word_1 = _philox_words(seed, offset)
+    random53 = (_fold31(word_0) << 22) | (word_1 >> 10)
+    return _uniform64_from_random53(random53)
+
+
+def _uniform64_from_random53(random53: int) -> float:
+    u = (float(random53) + 0.5) * 1.1102230246251565e-16
+    return u - 1.1102230246251565e-16 if u == 1.0 else u
 
 
 def _rotl32(x: int, r: int) -> int:
@@ -143,9 +163,7 @@ def murmur3_uniform64(seed: int, pos: int, offset: int) -> float:
     """gumbel.murmur3_uniform64: 53-bit fp64 uniform in (0, 1)."""
     lo = murmur3_hash32(seed, pos, offset)
     hi = murmur3_hash32(seed, pos, offset, domain=0x9E3779B9)
-    random53 = ((hi << 32) | lo) >> 11
-    u = (float(random53) + 0.5) * 1.1102230246251565e-16
-    return u - 1.1102230246251565e-16 if u == 1.0 else u
+    return _uniform64_from_random53(((hi << 32) | lo) >> 11)
 
 
 def spec_step_seed(seed: int, step: int) -> int:
@@ -159,7 +177,7 @@ def acceptance_uniform(
     """The acceptance uniform the kernel draws at one draft step."""
     step_seed = spec_step_seed(seed, step) if use_block_verification else seed
     if use_fp64:
-        return murmur3_uniform64(step_seed, pos, ACCEPT_UNIFORM_KEY)
+        return philox_uniform64(step_seed, pos)
     return philox_uniform32(step_seed, pos)
 
 

@@ -67,11 +67,6 @@ tool() {
 cpu() {
     ensure_venv
     step "tier 2: apply to the pinned base"
-    # the editable install rewrites the tracked vllm/_version.py (upstream's setup.py output);
-    # put it back so that tools/apply.py does not take it for someone's uncommitted work
-    if [ -d "$TREE/.git" ] && [ "$(git -C "$TREE" status --porcelain)" = " M vllm/_version.py" ]; then
-        git -C "$TREE" checkout -q -- vllm/_version.py
-    fi
     "$PY" tools/apply.py
     step "tier 2: install build/vllm (Python-only route)"
     "$PY" ci/install.py "$TREE" --route python-only --test-deps

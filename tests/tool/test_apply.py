@@ -207,3 +207,13 @@ def test_interrupted_run_can_be_continued_or_aborted(project, upstream, tmp_path
     assert project.run("--base", f"path:{upstream.path}", "--out", str(out)) == 2  # refused: a run stopped
     assert project.run("--continue", "--out", str(out)) == 0
     assert len(git(out, "rev-list", "base..HEAD").split()) == 2
+
+
+def test_version_file_rewritten_by_an_editable_install_is_not_user_work(project, upstream, tmp_path):
+    out = tmp_path / "vllm"
+    assert project.run("--base", f"path:{upstream.path}", "--out", str(out)) == 0
+    (out / "vllm" / "_version.py").write_text("__version__ = version = '9.9.9+dspark.1.empty'\n")
+    assert project.run("--base", f"path:{upstream.path}", "--out", str(out)) == 0
+    assert (out / "vllm" / "_version.py").read_text() == "__version__ = version = '9.9.9'\n"
+    (out / "vllm" / "config.py").write_text("mine\n")  # but anything else still is
+    assert project.run("--base", f"path:{upstream.path}", "--out", str(out)) == 2

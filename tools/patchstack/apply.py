@@ -28,6 +28,9 @@ from .sources import Base, bases_repo
 BRANCH = "patched"
 STATE_DIR = "vllm-overlay"
 RECOVERY_PREFIX = "refs/overlay-recovery/"
+# Rewritten by every `pip install -e` of the tree (setuptools-scm output, tracked because the
+# sdist ships it): a change there is the install's, not a person's work.
+INSTALL_OUTPUTS = {"vllm/_version.py"}
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,8 @@ def _foreign_work(tree: Path, state: dict | None) -> list[str]:
         found.append("an earlier run stopped there: finish it with --continue or undo it with --abort")
     if git.am_in_progress(tree):
         found.append("a `git am` is in progress")
-    dirty = git.run(tree, "status", "--porcelain", "--untracked-files=normal").stdout.splitlines()
+    dirty = [line for line in git.run(tree, "status", "--porcelain", "--untracked-files=normal").stdout.splitlines()
+             if not (line[:3] == " M " and line[3:] in INSTALL_OUTPUTS)]
     if dirty:
         shown = ", ".join(line[3:] for line in dirty[:5]) + (", …" if len(dirty) > 5 else "")
         found.append(f"{len(dirty)} uncommitted or untracked paths ({shown})")

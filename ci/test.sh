@@ -79,6 +79,8 @@ cpu() {
     step "tier 2: tests/patched"
     (export VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 &&
         run_pytest yes "tests/patched" "$PY" -m pytest -q -p no:cacheprovider tests/patched)
+    step "tier 2: tests/integration (real series on the 0.34.0 sdist, 0.33.0 -> 0.34.0 rehearsal)"
+    run_pytest no "tests/integration" "$PY" -m pytest -q -p no:cacheprovider tests/integration
 }
 
 wheel() {

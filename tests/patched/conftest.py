@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Run vLLM's Triton rejection-sampler kernels on CPU through the interpreter.
+"""Run the patched tree's Triton kernels (rejection sampler, DSpark prep) on CPU
+through the interpreter; shared by every group's tests under tests/patched.
 
 Without CUDA this sets TRITON_INTERPRET=1 before vLLM's kernels are imported,
 and an empty CUDA_VISIBLE_DEVICES, which makes vllm.triton_utils keep Triton
@@ -14,8 +15,8 @@ import sys
 import pytest
 import torch
 
-# The tests import bv_inputs from this directory under any --import-mode.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The block-verification tests import bv_inputs from their directory.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "block_verification"))
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:

@@ -28,6 +28,8 @@ from .sources import Base, bases_repo
 BRANCH = "patched"
 STATE_DIR = "vllm-overlay"
 RECOVERY_PREFIX = "refs/overlay-recovery/"
+# The overlay commit's date: fixed, like the committer, so its id depends only on content.
+OVERLAY_DATE = "2000-01-01T00:00:00Z"
 # Rewritten by every `pip install -e` of the tree (setuptools-scm output, tracked because the
 # sdist ships it): a change there is the install's, not a person's work.
 INSTALL_OUTPUTS = {"vllm/_version.py"}
@@ -359,7 +361,7 @@ def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> di
     clean = run_series(tree, patches, results, run["three_way"], save, bases_repo())
     overlay_results: list[dict] = []
     if clean:
-        date = git.out(tree, "show", "-s", "--format=%cI", "base")
+        date = OVERLAY_DATE
         clean, overlay_results = apply_overlay(project, tree, date)
     rep = {
         "tool": "tools/apply.py", "mode": "apply", "overlay_version": run["overlay_version"],

@@ -217,3 +217,30 @@ def test_version_file_rewritten_by_an_editable_install_is_not_user_work(project,
     assert (out / "vllm" / "_version.py").read_text() == "__version__ = version = '9.9.9'\n"
     (out / "vllm" / "config.py").write_text("mine\n")  # but anything else still is
     assert project.run("--base", f"path:{upstream.path}", "--out", str(out)) == 2
+
+
+def test_warm_rerun_keeps_unchanged_commits_and_equals_a_full_replay(project, upstream, tmp_path):
+    two_patches(project, upstream)
+    project.add(upstream, "0003-after.patch", {"README.md": "ours\n"}, "[Misc] after", group="sm120")
+    out = tmp_path / "vllm"
+    assert project.run("--base", f"path:{upstream.path}", "--out", str(out)) == 0
+    first = git(out, "rev-list", "--reverse", "base..HEAD").split()
+    # change the second patch only: the first commit is kept, the second and third are redone
+    project.add(upstream, "0002-sampler.patch", {"vllm/sampler.py": edited(SAMPLER, "line 5\n", "line FIVE\n")},
+                "[Spec Decode] name line five", group="block-verification")
+    project.series["block-verification"] = ["block-verification/0002-sampler.patch"]
+    project.write_series()
+    assert project.run("--base", f"path:{upstream.path}", "--out", str(out)) == 0
+    rep = json.loads((tmp_path / "vllm-report.json").read_text())
+    assert [p.get("reused", False) for p in rep["patches"]] == [True, False, False]
+    now = git(out, "rev-list", "--reverse", "base..HEAD").split()
+    assert now[0] == first[0] and now[1] != first[1]
+    assert "line FIVE" in (out / "vllm" / "sampler.py").read_text()
+    # identical to replaying everything from the base in a fresh tree, and to --full here
+    fresh = tmp_path / "fresh"
+    assert project.run("--base", f"path:{upstream.path}", "--out", str(fresh)) == 0
+    assert git(fresh, "rev-parse", "HEAD") == git(out, "rev-parse", "HEAD")
+    assert project.run("--base", f"path:{upstream.path}", "--out", str(out), "--full") == 0
+    rep = json.loads((tmp_path / "vllm-report.json").read_text())
+    assert not any(p.get("reused") for p in rep["patches"])
+    assert git(out, "rev-parse", "HEAD") == git(fresh, "rev-parse", "HEAD")

@@ -13,6 +13,7 @@ only remembers what the tree cannot say: where HEAD was before the run, the base
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 import json
 import os
@@ -154,9 +155,29 @@ def prepare_tree(tree: Path, base: Base, bases_repo: Path, force: bool) -> tuple
     if not git.has_commit(tree, base.commit):
         # depth 1: a git base is a shallow fetch, and the tree needs only the base commit itself
         git.run(tree, "fetch", "-q", "--no-tags", "--depth=1", str(bases_repo), base.commit)
-    git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, base.commit)
-    git.run(tree, "tag", "-f", "base", base.commit)
     return previous_head, recovery, (state if state and not state.get("run") else None)
+
+
+def _digest(patch: Patch) -> str:
+    return hashlib.sha256(patch.path.read_bytes()).hexdigest()
+
+
+def reusable_prefix(previous: dict | None, base: Base, patches: list[Patch]) -> list[dict]:
+    """Commits of the last clean run that this run would make again, byte for byte.
+
+    Commits are reproducible (fixed committer, the mail's date), so a patch whose mail is
+    unchanged, on the same parent, gives the same commit: keep the longest such prefix and
+    apply from the first patch that changed (Brave's per-patch checksum idea). Only exact
+    applications are kept; a 3-way result is redone.
+    """
+    if not previous or previous.get("base", {}).get("commit") != base.commit:
+        return []
+    kept = []
+    for patch, old in zip(patches, previous.get("patches", [])):
+        if old.get("file") != patch.name or old.get("sha256") != _digest(patch) or old.get("status") != "applied":
+            break
+        kept.append(old)
+    return kept
 
 
 # --- applying ---------------------------------------------------------------------------------
@@ -295,16 +316,21 @@ def apply_overlay(project: Project, tree: Path, date: str) -> tuple[bool, list[d
 # --- entry points -----------------------------------------------------------------------------
 
 def build(project: Project, base: Base, bases_repo: Path, tree: Path, report_path: Path, three_way: bool,
-          force: bool, overlay_version: str) -> dict:
+          force: bool, overlay_version: str, full: bool = False) -> dict:
     patches = load_series(project)
     overlay.read_manifest(project.overlay_dir)  # fail on a bad manifest before touching the tree
     tree = tree.resolve()
     previous_head, recovery, previous_state = prepare_tree(tree, base, bases_repo, force)
+    kept = [] if full or recovery else reusable_prefix(previous_state, base, patches)
+    git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, kept[-1]["commit"] if kept else base.commit)
+    git.run(tree, "tag", "-f", "base", base.commit)
+    results = [dict(_result(p, "applied", commit=old["commit"]), reused=True) for p, old in zip(patches, kept)]
     run = {"previous_head": previous_head, "previous_state": previous_state, "recovery_ref": recovery,
            "base": base.to_json(), "three_way": three_way, "patches": [p.name for p in patches],
-           "report": str(report_path), "overlay_version": overlay_version, "results": []}
+           "report": str(report_path), "overlay_version": overlay_version, "results": results}
     _write_state(tree, {"run": run})
-    print(f"applying {len(patches)} patches to {tree} (base {base.commit[:12]})", file=sys.stderr)
+    print(f"applying {len(patches) - len(kept)} of {len(patches)} patches to {tree} (base {base.commit[:12]}"
+          + (f"; {len(kept)} unchanged commits kept" if kept else "") + ")", file=sys.stderr)
     return _resume(project, tree, patches, run)
 
 
@@ -370,7 +396,10 @@ def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> di
         "result": "clean" if clean else "conflict",
     }
     if clean:
-        _write_state(tree, {"head": rep["head"], "base": run["base"], "report": run["report"]})
+        by_name = {p.name: p for p in patches}
+        _write_state(tree, {"head": rep["head"], "base": run["base"], "report": run["report"], "patches": [
+            {"file": r["file"], "sha256": _digest(by_name[r["file"]]), "commit": r["commit"], "status": r["status"]}
+            for r in results]})
     else:
         rep["next"] = _next_steps(tree, results, overlay_results)
     report_mod.write(rep, Path(run["report"]))

@@ -34,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
                    help="where the JSON report goes (default: next to the tree, <out>-report.json)")
     p.add_argument("--3way", dest="three_way", action="store_true",
                    help="let a patch that does not apply exactly fall back to a 3-way merge (reported per patch)")
+    p.add_argument("--full", action="store_true",
+                   help="replay every patch, even those whose unchanged commits the tree already holds")
     p.add_argument("--force", action="store_true",
                    help="rebuild a tree holding work the tool did not make, after saving it under a recovery ref")
     p.add_argument("--project", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             rep = status.run(project, base, the_pin)
             return _finish(rep, args.report.absolute() if args.report else None)
         rep = apply.build(project, base, sources.bases_repo(), out, report_path, args.three_way, args.force,
-                          the_pin.overlay_version)
+                          the_pin.overlay_version, full=args.full)
         return _finish(rep, report_path)
     except ToolError as e:
         print(f"error: {e}", file=sys.stderr)

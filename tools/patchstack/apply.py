@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import re
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,7 +101,7 @@ def _foreign_work(tree: Path, state: dict | None) -> list[str]:
     if state and state.get("head") and head != state["head"]:
         extra = git.out(tree, "log", "--oneline", "-5", f"{state['head']}..HEAD", check=False)
         found.append(f"HEAD {str(head)[:12]} is not the {state['head'][:12]} this tool left"
-                     + (f"; commits not made by the tool:\n      " + extra.replace("\n", "\n      ") if extra else ""))
+                     + ("; commits not made by the tool:\n      " + extra.replace("\n", "\n      ") if extra else ""))
     return found
 
 
@@ -128,7 +128,7 @@ def save_recovery(tree: Path) -> str:
     return ref
 
 
-def prepare_tree(tree: Path, base: Base, bases_repo: Path, force: bool) -> tuple[str | None, str | None, dict | None]:
+def prepare_tree(tree: Path, base: Base, force: bool) -> tuple[str | None, str | None, dict | None]:
     """Make ``tree`` a clean checkout of the base; return (previous HEAD, recovery ref, previous state)."""
     if tree.exists() and not (tree / ".git").exists() and any(tree.iterdir()):
         raise ToolError(f"{tree}: exists and is not a git repository; refusing to write into it "
@@ -154,7 +154,7 @@ def prepare_tree(tree: Path, base: Base, bases_repo: Path, force: bool) -> tuple
     previous_head = git.rev(tree, "HEAD")
     if not git.has_commit(tree, base.commit):
         # depth 1: a git base is a shallow fetch, and the tree needs only the base commit itself
-        git.run(tree, "fetch", "-q", "--no-tags", "--depth=1", str(bases_repo), base.commit)
+        git.run(tree, "fetch", "-q", "--no-tags", "--depth=1", str(bases_repo()), base.commit)
     return previous_head, recovery, (state if state and not state.get("run") else None)
 
 
@@ -235,20 +235,18 @@ def _sync(tree: Path, patches: list[Patch], results: list[dict]) -> int:
     return len(commits)
 
 
-def copy_preimages(tree: Path, patch: Patch, bases_repo: Path) -> None:
+def copy_preimages(tree: Path, patch: Patch) -> None:
     """Give a 3-way merge the blobs the patch was made against (a shallow tree lacks the old base)."""
-
     wanted = set(re.findall(r"^index ([0-9a-f]{40})\.\.", patch.path.read_text(errors="replace"), re.M))
     for blob in sorted(wanted - {"0" * 40}):
         if git.run(tree, "cat-file", "-e", blob, check=False).returncode == 0:
             continue
-        data = git.run(bases_repo, "cat-file", "blob", blob, check=False, text=False)
+        data = git.run(bases_repo(), "cat-file", "blob", blob, check=False, text=False)
         if data.returncode == 0:
             git.run(tree, "hash-object", "-w", "--stdin", input=data.stdout, text=False)
 
 
-def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way: bool, save,
-               bases_repo: Path) -> bool:
+def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way: bool, save) -> bool:
     """Apply the patches not yet committed; keep one result per patch. False when stopped at a conflict."""
     while (i := _sync(tree, patches, results)) < len(patches):
         ok, output = _am(tree, [p.path for p in patches[i:]], three_way=False)
@@ -259,7 +257,7 @@ def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way:
         stuck = patches[k]
         if three_way:
             git.run(tree, "am", "--quit")
-            copy_preimages(tree, stuck, bases_repo)
+            copy_preimages(tree, stuck)
             ok, output = _am(tree, [stuck.path], three_way=True)
             if ok:
                 _sync(tree, patches, results)
@@ -315,12 +313,12 @@ def apply_overlay(project: Project, tree: Path, date: str) -> tuple[bool, list[d
 
 # --- entry points -----------------------------------------------------------------------------
 
-def build(project: Project, base: Base, bases_repo: Path, tree: Path, report_path: Path, three_way: bool,
+def build(project: Project, base: Base, tree: Path, report_path: Path, three_way: bool,
           force: bool, overlay_version: str, full: bool = False) -> dict:
     patches = load_series(project)
     overlay.read_manifest(project.overlay_dir)  # fail on a bad manifest before touching the tree
     tree = tree.resolve()
-    previous_head, recovery, previous_state = prepare_tree(tree, base, bases_repo, force)
+    previous_head, recovery, previous_state = prepare_tree(tree, base, force)
     kept = [] if full or recovery else reusable_prefix(previous_state, base, patches)
     git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, kept[-1]["commit"] if kept else base.commit)
     git.run(tree, "tag", "-f", "base", base.commit)
@@ -384,7 +382,7 @@ def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> di
     def save():
         _write_state(tree, {"run": run})
 
-    clean = run_series(tree, patches, results, run["three_way"], save, bases_repo())
+    clean = run_series(tree, patches, results, run["three_way"], save)
     overlay_results: list[dict] = []
     if clean:
         date = OVERLAY_DATE

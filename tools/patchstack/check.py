@@ -30,7 +30,7 @@ def run(project: apply.Project, pin, remote: str | None = None) -> int:
     base = sources.resolve("", pin, remote)
     with tempfile.TemporaryDirectory(prefix="overlay-check-") as tmp:
         tree = Path(tmp) / "vllm"
-        rep = apply.build(project, base, sources.bases_repo(), tree, Path(tmp) / "report.json",
+        rep = apply.build(project, base, tree, Path(tmp) / "report.json",
                           three_way=False, force=False, overlay_version=pin.overlay_version)
         for r in rep["patches"] + rep["overlay"]:
             if r["status"] != "applied":

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             from . import status
             rep = status.run(project, base, the_pin)
             return _finish(rep, args.report.absolute() if args.report else None)
-        rep = apply.build(project, base, sources.bases_repo(), out, report_path, args.three_way, args.force,
+        rep = apply.build(project, base, out, report_path, args.three_way, args.force,
                           the_pin.overlay_version, full=args.full)
         return _finish(rep, report_path)
     except ToolError as e:

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
 
-from patchstack import sources  # noqa: E402
-from patchstack.pin import read_pin  # noqa: E402
+from patchstack import sources
+from patchstack.pin import read_pin
 
 
 def git(cwd, *args, **kw):

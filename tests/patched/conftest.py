@@ -15,8 +15,6 @@ import sys
 import pytest
 import torch
 
-# The block-verification tests import bv_inputs from their directory.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "block_verification"))
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:

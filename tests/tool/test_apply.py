@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import git
+from tests.tool.repos import SAMPLER, edited, git
 
-SAMPLER = "".join(f"line {i}\n" for i in range(1, 41))
-
-
-def edited(text: str, old: str, new: str) -> str:
-    assert old in text
-    return text.replace(old, new, 1)
 
 
 def two_patches(project, upstream):

@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "ci"))
 
-import common  # noqa: E402
-import install  # noqa: E402
-from common import BaseId, CIError  # noqa: E402
+import common
+import install
+from common import BaseId, CIError
 
 COMMIT = "62d4bc3c7" + "a" * 31
 

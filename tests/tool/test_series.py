@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import TRAILERS
+from tests.tool.repos import TRAILERS
 from patchstack.series import metadata_problems, read_series
 
 GOOD = {"Upstream-Status": "Pending", "Upstream-PR": "none", "Drop-When": "x", "Reason": "y"}

@@ -9,7 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import git
+from tests.tool.repos import git
 from patchstack import sources
 from patchstack.errors import ToolError
 from patchstack.pin import read_pin

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import TRAILERS, git
-from test_apply import SAMPLER, edited
+from tests.tool.repos import TRAILERS, git
+from tests.tool.repos import SAMPLER, edited
 
 
 def test_status_reports_every_class_with_decisions(project, upstream, tmp_path, capsys):

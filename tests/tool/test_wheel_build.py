@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "ci"))
 
-import build_wheel  # noqa: E402
-import common  # noqa: E402
-import smoke_wheel  # noqa: E402
-import upstream_tests  # noqa: E402
-from common import CIError  # noqa: E402
+import build_wheel
+import common
+import smoke_wheel
+import upstream_tests
+from common import CIError
 
 UPSTREAM_NAME = "vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl"
 

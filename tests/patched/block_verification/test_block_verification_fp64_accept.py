@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from bv_inputs import make_batch, run_kernel, run_reference, valid_rows
+from tests.patched.block_verification.bv_inputs import make_batch, run_kernel, run_reference, valid_rows
 from vllm.v1.worker.gpu.spec_decode import reference_rejection_sampler as ref
 
 # (seed, position) whose fp32 acceptance draw is small enough that fp32 cannot

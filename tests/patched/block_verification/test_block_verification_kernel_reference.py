@@ -8,7 +8,7 @@ small vocabulary; about one second per case there.
 """
 
 import pytest
-from bv_inputs import make_batch, run_kernel, run_reference, valid_rows
+from tests.patched.block_verification.bv_inputs import make_batch, run_kernel, run_reference, valid_rows
 
 # Greedy, sampled and mixed rows in one batch; V = 37 leaves a partial block.
 TEMPERATURES = [0.0, 1.0, 0.7, 0.0, 1.5, 1.0]

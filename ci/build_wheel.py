@@ -30,8 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -98,31 +96,18 @@ def exact_pins(reqs: list[str], platform_machine: str = "x86_64") -> list:
 
 
 def index_versions(project: str, settings: dict | None = None) -> set[str]:
-    """Every version the configured indexes offer for ``project`` (PEP 691 JSON, else PEP 503 HTML)."""
-    from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+    """Every version the configured indexes offer for ``project`` (yanked files left out)."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
 
-    settings = common.index.pip_settings() if settings is None else settings
-    ctx = common.index._ssl_context(settings)
-    name = canonicalize_name(project)
+    packages, _ = common.index.project_packages(canonicalize_name(project), settings)
     found: set[str] = set()
-    for base in common.index.index_urls(settings):
-        page = base.rstrip("/") + f"/{name}/"
+    for pkg in packages:
         try:
-            body, ctype = common.index._read(page, ctx, "application/vnd.pypi.simple.v1+json, text/html;q=0.1")
-        except (OSError, urllib.error.URLError):
+            if pkg.version and not pkg.is_yanked:
+                found.add(str(Version(pkg.version)))
+        except InvalidVersion:  # odd file names are not versions we can use
             continue
-        if "json" in ctype:
-            data = json.loads(body)
-            files = [f["filename"] for f in data.get("files", []) if not f.get("yanked")]
-        else:
-            files = [urllib.parse.unquote(m.split("#")[0].rsplit("/", 1)[-1])
-                     for m in re.findall(r'href="([^"]+)"', body.decode("utf-8", "replace"))]
-        for f in files:
-            try:
-                v = parse_wheel_filename(f)[1] if f.endswith(".whl") else parse_sdist_filename(f)[1]
-            except Exception:  # noqa: BLE001 - odd file names are not versions we can use
-                continue
-            found.add(str(v))
     return found
 
 

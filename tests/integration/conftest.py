@@ -4,15 +4,13 @@ cache dir, ~50 MB each; every later run reuses it)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
 from patchstack import sources
 from patchstack.pin import read_pin
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git(cwd, *args, **kw):

@@ -10,11 +10,9 @@ With CUDA nothing is changed and the kernels run on the GPU.
 """
 
 import os
-import sys
 
 import pytest
 import torch
-
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:

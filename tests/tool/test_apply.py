@@ -7,7 +7,6 @@ import json
 from tests.tool.repos import SAMPLER, edited, git
 
 
-
 def two_patches(project, upstream):
     project.add(upstream, "0001-config.patch", {"vllm/config.py": "A = 1\nB = 20\nC = 3\n"}, "[DSpark] B is 20")
     project.add(upstream, "0002-sampler.patch", {"vllm/sampler.py": edited(SAMPLER, "line 5\n", "line five\n")},

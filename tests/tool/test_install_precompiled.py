@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import urllib.error
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
 import common
 import install
+import pytest
 from common import BaseId, CIError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 COMMIT = "62d4bc3c7" + "a" * 31
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tests.tool.repos import TRAILERS
 from patchstack.series import metadata_problems, read_series
+
+from tests.tool.repos import TRAILERS
 
 GOOD = {"Upstream-Status": "Pending", "Upstream-PR": "none", "Drop-When": "x", "Reason": "y"}
 

@@ -9,10 +9,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from tests.tool.repos import git
 from patchstack import sources
 from patchstack.errors import ToolError
 from patchstack.pin import read_pin
+
+from tests.tool.repos import git
 
 
 def make_sdist(path: Path, version: str) -> Path:

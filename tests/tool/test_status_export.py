@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.tool.repos import TRAILERS, git
-from tests.tool.repos import SAMPLER, edited
+from tests.tool.repos import SAMPLER, TRAILERS, edited, git
 
 
 def test_status_reports_every_class_with_decisions(project, upstream, tmp_path, capsys):

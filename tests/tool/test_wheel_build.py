@@ -5,19 +5,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
 import build_wheel
 import common
+import pytest
 import smoke_wheel
 import upstream_tests
 from common import CIError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 UPSTREAM_NAME = "vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl"
 

@@ -21,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import git, hunks, overlay, report as report_mod
+from . import git, hunks, overlay
+from . import report as report_mod
 from .errors import ToolError
 from .series import Patch, read_series
 from .sources import Base, bases_repo
@@ -107,7 +108,7 @@ def _foreign_work(tree: Path, state: dict | None) -> list[str]:
 
 def save_recovery(tree: Path) -> str:
     """Keep HEAD plus any uncommitted work (untracked files too) under a recovery ref; return its name."""
-    ref = RECOVERY_PREFIX + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    ref = RECOVERY_PREFIX + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
     head = git.rev(tree, "HEAD")
     idx = git.git_dir(tree) / STATE_DIR / "recovery-index"
     idx.parent.mkdir(parents=True, exist_ok=True)
@@ -173,7 +174,7 @@ def reusable_prefix(previous: dict | None, base: Base, patches: list[Patch]) -> 
     if not previous or previous.get("base", {}).get("commit") != base.commit:
         return []
     kept = []
-    for patch, old in zip(patches, previous.get("patches", [])):
+    for patch, old in zip(patches, previous.get("patches", []), strict=False):
         if old.get("file") != patch.name or old.get("sha256") != _digest(patch) or old.get("status") != "applied":
             break
         kept.append(old)
@@ -300,7 +301,7 @@ def apply_overlay(project: Project, tree: Path, date: str) -> tuple[bool, list[d
         blobs = git.out(tree, "hash-object", "-w", "--", *[e.path for e in entries]).split()
         git.run(tree, "update-index", "--add", "--index-info",
                 input="".join(f"{'100755' if os.access(tree / e.path, os.X_OK) else '100644'} {b}\t{e.path}\n"
-                              for b, e in zip(blobs, entries)))
+                              for b, e in zip(blobs, entries, strict=True)))
         msg = "overlay: {} file(s) from overlay/\n\n{}\n".format(
             len(entries), "\n".join(f"{e.kind}: {e.path}" for e in entries))
         treeid = git.out(tree, "write-tree")
@@ -322,7 +323,8 @@ def build(project: Project, base: Base, tree: Path, report_path: Path, three_way
     kept = [] if full or recovery else reusable_prefix(previous_state, base, patches)
     git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, kept[-1]["commit"] if kept else base.commit)
     git.run(tree, "tag", "-f", "base", base.commit)
-    results = [dict(_result(p, "applied", commit=old["commit"]), reused=True) for p, old in zip(patches, kept)]
+    results = [dict(_result(p, "applied", commit=old["commit"]), reused=True)
+               for p, old in zip(patches, kept, strict=False)]
     run = {"previous_head": previous_head, "previous_state": previous_state, "recovery_ref": recovery,
            "base": base.to_json(), "three_way": three_way, "patches": [p.name for p in patches],
            "report": str(report_path), "overlay_version": overlay_version, "results": results}

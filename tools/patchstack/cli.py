@@ -10,11 +10,25 @@ from . import apply, pin, report, sources
 from .errors import ToolError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = """examples:
+  python tools/apply.py                              build/vllm from the base pinned in VERSION
+  python tools/apply.py --base pypi:0.33.0 --out build/vllm-0.33
+                                                     another release, another tree
+  python tools/apply.py --base nightly --status --report status.json
+                                                     rebase check: what applies, conflicts, is upstream
+  python tools/apply.py --base nightly --3way        rebase the tree; on a conflict fix, `git add`, then
+  python tools/apply.py --continue                   ... or --abort to put the tree back
+  python tools/apply.py --export                     commits above `base` in build/vllm -> patches/
+  python tools/apply.py --check                      what CI checks: lint, exact apply, byte-exact re-export
+
+exit status: 0 clean, 1 conflict or check failure, 2 bad input, 130 interrupted"""
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tools/apply.py", description=(
-        "Replay patches/series and overlay/ on an upstream vLLM base into a git tree (default build/vllm)."))
+        "Replay patches/series and overlay/ on an upstream vLLM base into a git tree (default build/vllm)."),
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="store_true", help="print the overlay version and the pinned base, then exit")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--status", action="store_true",
                       help="classify every patch against --base in a scratch tree; build/ is not touched")
@@ -48,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     out = (args.out or project.root / "build" / "vllm").absolute()
     report_path = (args.report or out.with_name(out.name + "-report.json")).absolute()
     try:
+        if args.version:
+            return _version(project)
         if args.abort:
             target = apply.abort(project, out)
             print(f"aborted: {out} is back at {target[:12]}")
@@ -78,6 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted: run `python tools/apply.py --continue` or `--abort` for {out}", file=sys.stderr)
         return 130
+
+
+def _version(project: apply.Project) -> int:
+    the_pin = pin.read_pin(project.version_file)
+    print(f"tools/apply.py {the_pin.overlay_version}: vLLM {the_pin.vllm} "
+          f"(upstream commit {the_pin.commit}, sdist sha256 {the_pin.sdist_sha256[:16]}...) "
+          f"+ {project.patches_dir.relative_to(project.root)}/series + overlay/")
+    return 0
 
 
 def _finish(rep: dict, report_path: Path | None) -> int:

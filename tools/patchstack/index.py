@@ -1,31 +1,33 @@
-"""Find and download a file from the package index pip is configured with.
+"""Find and download a file from the package indexes pip is configured with.
 
-pip itself cannot download an sdist without building its metadata (for vLLM that means torch
-and a CUDA toolchain), so this reads pip's configuration (``pip config list``: files and
-PIP_* variables) and speaks the Simple API directly: PEP 691 JSON, else PEP 503 HTML.
+pip itself cannot download vLLM's sdist without building its metadata (torch and a CUDA
+toolchain), so the Simple API (PEP 691 JSON, PEP 503 HTML) is spoken by pypi-simple. What that
+library does not know is pip's configuration, where users keep their indexes and certificates:
+``pip_settings`` reads it (``pip config list``: files and PIP_* variables) and the requests
+session carries pip's ``cert``. pip also takes ``file://`` indexes (this project's machines have
+two); pypi-simple speaks HTTP only, so those pages are read from disk and parsed by the same
+library, and their files copied with the same digest check.
 """
 
 from __future__ import annotations
 
 import hashlib
-import html.parser
-import json
 import os
 import re
-import ssl
+import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import progress
 from .errors import ToolError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _SCOPE_ORDER = (":env:", "site", "user", "global")
+TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
@@ -58,70 +60,64 @@ def index_urls(settings: dict[str, str]) -> list[str]:
     return urls
 
 
-def _ssl_context(settings: dict[str, str]) -> ssl.SSLContext:
+def _session(settings: dict[str, str]):
+    import requests
+
+    session = requests.Session()
     cert = settings.get("cert")
-    return ssl.create_default_context(cafile=cert) if cert and os.path.exists(cert) else ssl.create_default_context()
+    if cert and os.path.exists(cert):
+        session.verify = cert
+    return session
 
 
-class _Links(html.parser.HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.links: list[tuple[str, str]] = []
-        self._href: str | None = None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-
-    def handle_data(self, data):
-        if self._href is not None:
-            self.links.append((data.strip(), self._href))
-            self._href = None
+def _local_path(url: str) -> Path:
+    return Path(urllib.parse.unquote(urllib.parse.urlparse(url).path))
 
 
-def _read(url: str, ctx: ssl.SSLContext, accept: str | None = None) -> tuple[bytes, str]:
-    if url.startswith("file://"):
-        path = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path))
-        if path.is_dir():
-            path = path / "index.html"
-        return path.read_bytes(), "text/html"
-    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    with urllib.request.urlopen(req, context=ctx, timeout=60) as resp:
-        return resp.read(), resp.headers.get("Content-Type", "")
+def project_packages(project: str, settings: dict[str, str] | None = None):
+    """Every file each configured index offers for ``project``: (packages, tried) where tried
+    lists the indexes that failed or lack the project, for the error message."""
+    import requests
+    from pypi_simple import NoSuchProjectError, ProjectPage, PyPISimple
+
+    settings = pip_settings() if settings is None else settings
+    packages, tried = [], []
+    for base in index_urls(settings):
+        endpoint = base.rstrip("/") + "/"
+        page_url = endpoint + f"{project}/"
+        try:
+            if endpoint.startswith("file://"):
+                page_dir = _local_path(page_url)
+                html = (page_dir / "index.html") if page_dir.is_dir() else page_dir
+                page = ProjectPage.from_html(project, html.read_bytes(), base_url=page_url)
+            else:
+                with PyPISimple(endpoint=endpoint, session=_session(settings)) as client:
+                    page = client.get_project_page(project, timeout=TIMEOUT_S)
+        except NoSuchProjectError:
+            tried.append(f"{page_url} (no such project)")
+            continue
+        except (OSError, requests.RequestException) as e:
+            tried.append(f"{page_url} ({type(e).__name__}: {e})")
+            continue
+        packages += page.packages
+    return packages, tried
 
 
 def find_file(project: str, filename: str, settings: dict[str, str] | None = None) -> IndexFile:
     """Look ``filename`` up in each configured index; the index's own sha256 comes with it."""
-    settings = pip_settings() if settings is None else settings
-    ctx = _ssl_context(settings)
-    tried = []
-    for base in index_urls(settings):
-        page = base.rstrip("/") + f"/{project}/"
-        try:
-            body, ctype = _read(page, ctx, "application/vnd.pypi.simple.v1+json, text/html;q=0.1")
-        except (OSError, urllib.error.URLError) as e:
-            tried.append(f"{page} ({getattr(e, 'reason', e)})")
-            continue
-        if "json" in ctype:
-            files = [(f["filename"], urllib.parse.urljoin(page, f["url"]), f.get("hashes", {}).get("sha256"))
-                     for f in json.loads(body)["files"]]
-        else:
-            parser = _Links()
-            parser.feed(body.decode("utf-8", "replace"))
-            files = []
-            for text, href in parser.links:
-                url, _, frag = urllib.parse.urljoin(page, href).partition("#")
-                sha = frag.split("=", 1)[1] if frag.startswith("sha256=") else None
-                files.append((text or url.rsplit("/", 1)[-1], url, sha))
-        for name, url, sha in files:
-            if name == filename:
-                return IndexFile(name, url, sha)
-        tried.append(f"{page} (no {filename})")
-    raise ToolError(f"{filename}: not found on the configured package indexes: " + "; ".join(tried))
+    packages, tried = project_packages(project, settings)
+    for pkg in packages:
+        if pkg.filename == filename:
+            return IndexFile(pkg.filename, pkg.url, pkg.digests.get("sha256"))
+    raise ToolError(f"{filename}: not found on the configured package indexes: "
+                    + "; ".join(tried or ["each index lists the project without this file"]))
 
 
 def download(file: IndexFile, dest: Path, expected_sha256: str | None, settings: dict[str, str] | None = None) -> Path:
     """Download to ``dest`` atomically; verify sha256 (the pin, else the index's). Nothing is left on mismatch."""
+    import requests
+    from pypi_simple import DistributionPackage, PyPISimple
+
     settings = pip_settings() if settings is None else settings
     want = expected_sha256 or file.sha256
     if expected_sha256 and file.sha256 and expected_sha256 != file.sha256:
@@ -129,31 +125,24 @@ def download(file: IndexFile, dest: Path, expected_sha256: str | None, settings:
                         f"{file.sha256}; nothing downloaded")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
-    digest = hashlib.sha256()
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            if file.url.startswith("file://"):
-                data = Path(urllib.parse.unquote(urllib.parse.urlparse(file.url).path)).read_bytes()
-                fh.write(data)
-                digest.update(data)
-            else:
-                with urllib.request.urlopen(file.url, context=_ssl_context(settings), timeout=120) as resp:
-                    total = int(resp.headers.get("Content-Length") or 0)
-                    done, shown = 0, -1
-                    while chunk := resp.read(1 << 20):
-                        fh.write(chunk)
-                        digest.update(chunk)
-                        done += len(chunk)
-                        step = done * 10 // total if total else done >> 23  # tenths, or every 8 MiB
-                        if step != shown:
-                            shown = step
-                            print(f"  downloading {file.filename}: {done >> 20} MiB"
-                                  + (f" of {total >> 20} MiB" if total else ""), file=sys.stderr)
-        got = digest.hexdigest()
+        if file.url.startswith("file://"):
+            shutil.copyfile(_local_path(file.url), tmp)
+        else:
+            pkg = DistributionPackage(filename=file.filename, url=file.url, project=None, version=None,
+                                      package_type=None, digests={}, requires_python=None, has_sig=None)
+            # verify=False: one sha256 check below serves both transports and names the pin
+            with PyPISimple(session=_session(settings)) as client:
+                client.download_package(pkg, tmp, verify=False, timeout=TIMEOUT_S,
+                                        progress=progress.factory(f"downloading {file.filename}"))
+        got = sha256_of(Path(tmp))
         if want and got != want:
             raise ToolError(f"{file.filename}: sha256 mismatch: expected {want}, got {got} (from {file.url}); "
                             "nothing written")
         os.replace(tmp, dest)
+    except (OSError, requests.RequestException) as e:
+        raise ToolError(f"{file.filename}: download from {file.url} failed: {e}; nothing written") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -161,8 +150,5 @@ def download(file: IndexFile, dest: Path, expected_sha256: str | None, settings:
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import git
+from . import git, progress
 from .errors import ToolError
 from .pin import Pin
 
@@ -142,10 +142,12 @@ def import_tarball(repo: Path, tarball: Path, message: str) -> tuple[str, int]:
     """Import every file of an sdist tarball (top directory stripped) as one commit."""
     import tarfile
     entries: list[tuple[str, str, bytes]] = []
-    date = 0
+    date = bar_pos = 0
     try:
-        with tarfile.open(tarball) as tar:
-            for n, member in enumerate(tar, start=1):
+        # progress in compressed bytes read: the member count is unknown until the end
+        with open(tarball, "rb") as raw, tarfile.open(fileobj=raw) as tar, \
+                progress.tracker(f"importing {tarball.name}", tarball.stat().st_size) as bar:
+            for member in tar:
                 parts = member.name.split("/", 1)
                 if len(parts) < 2 or not parts[1] or member.isdir():
                     continue
@@ -160,8 +162,8 @@ def import_tarball(repo: Path, tarball: Path, message: str) -> tuple[str, int]:
                 else:
                     raise ToolError(f"{tarball}: {member.name}: unsupported member type in an sdist")
                 date = max(date, int(member.mtime))
-                if n % 2000 == 0:
-                    print(f"  importing {tarball.name}: {n} files read", file=sys.stderr)
+                bar.update(raw.tell() - bar_pos)
+                bar_pos = raw.tell()
     except (tarfile.TarError, EOFError, OSError) as e:
         raise ToolError(f"{tarball}: not a readable tarball: {e}") from None
     print(f"  importing {tarball.name}: {len(entries)} files into the base commit", file=sys.stderr)

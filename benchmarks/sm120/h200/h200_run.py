@@ -23,8 +23,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(HERE))
 
-import h200_prelude  # noqa: F401  (capability-query stand-ins)
-import torch
+import h200_prelude  # noqa: F401,E402  (capability-query stand-ins)
+import torch  # noqa: E402
 
 spec = importlib.util.spec_from_file_location(
     "selfcheck_fp8", ROOT / "ci" / "selfcheck_fp8.py"

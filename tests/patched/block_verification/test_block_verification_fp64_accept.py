@@ -12,8 +12,9 @@ import math
 
 import pytest
 import torch
-from tests.patched.block_verification.bv_inputs import make_batch, run_kernel, run_reference, valid_rows
 from vllm.v1.worker.gpu.spec_decode import reference_rejection_sampler as ref
+
+from tests.patched.block_verification.bv_inputs import make_batch, run_kernel, run_reference, valid_rows
 
 # (seed, position) whose fp32 acceptance draw is small enough that fp32 cannot
 # resolve it: u32 < u64 with a relative gap of 8e-5 and 3e-4 (found by search

@@ -12,10 +12,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tests.patched.block_verification.bv_inputs import draft_cache, make_batch, run_kernel, valid_rows
 from vllm.v1.worker.gpu.sample.states import SamplingStates
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils as rsu
 from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
+
+from tests.patched.block_verification.bv_inputs import draft_cache, make_batch, run_kernel, valid_rows
 
 PREP_KERNELS = (
     "_compute_cumulative_log_p_kernel",

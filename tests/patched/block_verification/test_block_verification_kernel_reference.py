@@ -8,6 +8,7 @@ small vocabulary; about one second per case there.
 """
 
 import pytest
+
 from tests.patched.block_verification.bv_inputs import make_batch, run_kernel, run_reference, valid_rows
 
 # Greedy, sampled and mixed rows in one batch; V = 37 leaves a partial block.

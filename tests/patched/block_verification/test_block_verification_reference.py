@@ -146,7 +146,7 @@ def test_accepted_length_distribution_matches_uniforms(method: str):
     counts = np.zeros(len(probs))
     for u in rng.random((n, 4)):
         counts[ref.accepted_length(plan, list(u), block)] += 1
-    for c, p in zip(counts / n, probs):
+    for c, p in zip(counts / n, probs, strict=True):
         assert abs(c - p) <= 5 * math.sqrt(max(p * (1 - p), 0.0) / n) + 1e-3
 
 

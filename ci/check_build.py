@@ -37,7 +37,7 @@ def problems(tree: Path) -> list[str]:
         return [f"{report}: no readable report ({e})"]
     if rep.get("result") != "clean":
         out.append(f"{report}: result {rep.get('result')!r}, expected 'clean'")
-    patches = read_series(common.ROOT / "patches")
+    patches = read_series(common.ROOT / "patches").patches
     statuses = {p["file"]: p["status"] for p in rep.get("patches", [])}
     for p in patches:
         if statuses.get(p.name) != "applied":

@@ -40,7 +40,9 @@ def test_status_reports_every_class_with_decisions(project, upstream, tmp_path, 
     by = {p["file"].split("/")[1][:4]: p for p in rep["patches"]}
     assert by["0001"]["status"] == "applied" and by["0001"]["decision"] == "keep"
     assert by["0002"]["status"] == "already-upstream"
-    assert "UPSTREAMED.toml" in by["0002"]["decision"] and 'upstream = "#1"' in by["0002"]["decision"]
+    # the upstream commit found by pickaxe in the base's history, the PR from the patch header
+    assert "UPSTREAMED.toml" in by["0002"]["decision"]
+    assert f'upstream = "{new[:12]} (#1)"' in by["0002"]["decision"]
     assert by["0003"]["status"] == "partly-upstream"
     assert len(by["0003"]["hunks_upstream"]) == 1 and len(by["0003"]["hunks_missing"]) == 1
     assert by["0004"]["status"] == "target-missing" and by["0004"]["missing_files"] == ["vllm/gone.py"]

@@ -121,5 +121,10 @@ def mismatch(repo: Path, treeish: str, path: str, hunk: Hunk) -> str:
     return "context matches at the recorded line, but an earlier hunk or the file header does not"
 
 
+def file_lines(repo: Path, treeish: str, path: str) -> list[str]:
+    p = git.run(repo, "show", f"{treeish}:{path}", check=False)
+    return p.stdout.splitlines() if p.returncode == 0 else []
+
+
 def file_exists(repo: Path, treeish: str, path: str) -> bool:
     return git.run(repo, "cat-file", "-e", f"{treeish}:{path}", check=False).returncode == 0

@@ -36,15 +36,30 @@ def _q(s: str) -> str:
 
 
 def entry_for(result: dict, base) -> str:
-    """The TOML entry to add when --status finds a patch already upstream."""
+    """The TOML entry to add when a patch (or part of it) is found already upstream."""
+    changes = result.get("upstream_change") or []
+    commits = [c for c in changes if c.get("commit")]
     pr = result.get("upstream_pr")
-    upstream = pr if pr and pr != "none" else "FILL IN: the upstream PR or commit"
-    release = base.version or base.ref or base.commit[:12]
-    return "\n".join([
+    header_pr = pr if pr and pr != "none" else None
+    if commits:  # the PR from the upstream subject, else the one the patch header names
+        upstream = ", ".join(dict.fromkeys(
+            c["commit"][:12] + (f" ({c.get('pr') or header_pr})" if c.get("pr") or header_pr else "")
+            for c in commits))
+    else:
+        upstream = header_pr or "FILL IN: the upstream PR or commit"
+    releases = [c["first_release"] for c in changes if c.get("first_release")]
+    release = releases[0] if releases else (base.version or base.ref or base.commit[:12])
+    checked = next((c.get("checked") for c in changes if c.get("checked")), None)
+    how = result.get("how") or "patch applies in reverse"
+    part = "" if result["status"] == "already-upstream" else f" (part: {len(result.get('hunks_upstream') or [])} hunks)"
+    evidence = f"{how}: patch {result['file']} on {base.spec or base.commit[:12]}"
+    lines = [
         "  [[upstreamed]]",
-        f"  item = {_q(result.get('subject') or result['file'])}",
+        f"  item = {_q((result.get('subject') or result['file']) + part)}",
         f"  upstream = {_q(upstream)}",
-        f"  first_release = {_q(release)}  # first base seen with it; correct to the first release",
-        f"  evidence = {_q('patch ' + result['file'] + ' applies in reverse on ' + (base.spec or 'the base'))}",
+        f"  first_release = {_q(release)}" + (f"  # {checked}" if checked else
+                                                "  # the base it was seen on; not checked against older bases"),
+        f"  evidence = {_q(evidence)}",
         f"  was = {_q(result['file'])}",
-    ])
+    ]
+    return "\n".join(lines)

@@ -16,8 +16,9 @@ the hunk moves. This module decides presence by content, with this rule:
    means the change is not in effect.
 4. Enough distinctive content: a generic core (a lone ``return``, brackets, ``else:``) could be
    anywhere, so the evidence is the core plus the context lines that still match right next to
-   it, and it must hold at least MIN_EVIDENCE distinctive lines, and the core must occur only
-   once in the file unless its surrounding context picks one occurrence.
+   it; each line weighs 0 (generic), 1 (a name or two) or 2 (several names, 16+ characters of
+   them), and the sum must reach MIN_EVIDENCE. The core must also occur only once in the file
+   unless its surrounding context picks one occurrence.
 
 What it does not do: follow a change that upstream rewrote (another wording is another change
 and stays ours), or search other files (a moved file is found by the caller through git's rename
@@ -34,7 +35,8 @@ from .hunks import Hunk
 # a line is generic when, stripped of punctuation and these words, nothing is left
 _GENERIC_WORDS = {"return", "pass", "else", "try", "finally", "break", "continue", "none", "true", "false",
                   "self", "end", "fi", "done", "then", "do", "endif"}
-MIN_EVIDENCE = 2  # distinctive lines of core + adjacent matching context
+MIN_EVIDENCE = 2  # weight of core + adjacent matching context (see weight())
+STRONG_CHARS = 16
 MARGIN = 3  # lines beyond the hunk's context where a removed run still counts as "still there"
 
 
@@ -44,12 +46,23 @@ def norm(line: str) -> str:
     return stripped[: len(stripped) - len(body)] + " ".join(body.split())
 
 
-def distinctive(line: str) -> bool:
+def _words(line: str) -> list[str]:
     body = line.strip()
     if not body or body.startswith("#"):
-        return False
-    words = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*|\d+", body) if w.lower() not in _GENERIC_WORDS]
-    return bool(words) and sum(len(w) for w in words) >= 3
+        return []
+    return [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*|\d+", body) if w.lower() not in _GENERIC_WORDS]
+
+
+def distinctive(line: str) -> bool:
+    return sum(len(w) for w in _words(line)) >= 3
+
+
+def weight(line: str) -> int:
+    """Evidence a line gives: 0 generic, 1 distinctive, 2 for a line with several names and
+    STRONG_CHARS characters of them (a call with arguments, an assignment from one)."""
+    words = _words(line)
+    size = sum(len(w) for w in words)
+    return 0 if size < 3 else 2 if len(words) >= 2 and size >= STRONG_CHARS else 1
 
 
 @dataclass
@@ -113,7 +126,7 @@ def hunk_presence(file_lines: list[str], hunk: Hunk) -> Presence:
             na += 1
         lo, hi = max(s - len(before) - MARGIN, 0), min(e + len(after) + MARGIN, len(lines))
         still_there = [r for r in removed if r not in core and r in lines[lo:hi]]
-        evidence = sum(distinctive(t) for t in lines[s - nb:e + na])
+        evidence = sum(weight(t) for t in lines[s - nb:e + na])
         candidates.append((s, nb, na, evidence, still_there))
 
     live = [c for c in candidates if not c[4]]
@@ -123,7 +136,7 @@ def hunk_presence(file_lines: list[str], hunk: Hunk) -> Presence:
     best = max(live, key=lambda c: (c[1] + c[2], c[3]))
     s, nb, na, evidence, _ = best
     if evidence < MIN_EVIDENCE:
-        return Presence(False, f"too generic to match by content ({evidence} distinctive line(s) with context)")
+        return Presence(False, f"too generic to match by content (evidence {evidence} < {MIN_EVIDENCE})")
     ties = [c for c in live if c[1] + c[2] == nb + na]
     if len(ties) > 1:
         return Presence(False, f"its resulting lines occur {len(ties)} times and the context picks none")

@@ -5,13 +5,16 @@ checkout of 9,000 files). Per patch, in this order:
 
 - ``applied``: applies exactly;
 - ``already-upstream``: the whole patch applies in reverse (StGit's ``rebase --merged`` test),
-  or every hunk does;
-- ``partly-upstream``: some hunks apply in reverse, the rest apply forward;
+  or every hunk is there (reverse-applies, or its change is found by content through context
+  drift: presence.py), or a 3-way merge of it changes nothing;
+- ``partly-upstream``: some hunks are there, the rest apply (exactly, or with a 3-way merge), or
+  a 3-way merge leaves some hunks out because upstream has them;
 - ``target-missing``: a file it changes is gone upstream and nothing else fails;
 - ``applied-3way``: applies only with a 3-way merge;
 - ``conflict``: with the files, the hunks and the upstream lines that no longer match.
 
-Later patches are tried on the tree as far as it got (upstream's content, plus the hunks of a
+Every upstream verdict says how it was reached (``how``: exact reverse, content match, 3-way
+no-op). Later patches are tried on the tree as far as it got (upstream's content, plus the hunks of a
 partly-upstream patch that were still missing). Each result is joined with the patch metadata
 and turned into a decision: keep, drop (with the ledger entry to add), or refresh.
 """
@@ -22,7 +25,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from . import git, hunks, ledger, overlay
+from . import git, hunks, ledger, overlay, presence, provenance
 from .apply import Project, _result, load_series
 from .series import Patch, status_word
 from .sources import Base, bases_repo
@@ -58,40 +61,113 @@ def classify(scratch: ScratchTree, patch: Patch) -> dict:
     if scratch.apply(text, patch.subject):
         return _result(patch, "applied", commit=scratch.commit)
     if scratch.check(text, reverse=True):
-        return _result(patch, "already-upstream", details=["the whole patch applies in reverse on this base"])
+        return _result(patch, "already-upstream", how="exact reverse",
+                       details=["the whole patch applies in reverse on this base"])
     forward, present, failing, missing = [], [], [], []
     for f in hunks.parse(text):
         if f.old_path and not hunks.file_exists(scratch.repo, scratch.commit, f.old_path):
             missing.append(f.old_path)
             continue
+        target_lines = None
         for h in f.hunks:
             mini = hunks.mini_patch(f, h)
             if scratch.check(mini):
                 forward.append((f, h))
-            elif scratch.check(mini, reverse=True):
-                present.append(h.label(f.path))
+                continue
+            if scratch.check(mini, reverse=True):
+                present.append({"hunk": h.label(f.path), "how": "exact reverse"})
+                continue
+            if target_lines is None:
+                target_lines = hunks.file_lines(scratch.repo, scratch.commit, f.path)
+            found = presence.hunk_presence(target_lines, h)
+            if found:
+                present.append({"hunk": h.label(f.path), "how": found.how})
             else:
-                failing.append({"file": f.path, "hunk": h.header,
+                failing.append({"file": f.path, "hunk": h.header, "f": f, "h": h, "why": found.how,
                                 "mismatch": hunks.mismatch(scratch.repo, scratch.commit, f.path, h)})
-    if not failing and not missing and present:
-        if not forward:
-            return _result(patch, "already-upstream", details=[f"every hunk is already there ({len(present)})"])
-        rest = "".join(hunks.mini_patch(f, h) for f, h in forward)
-        scratch.apply(rest, patch.subject + " (hunks upstream lacks)")
-        return _result(patch, "partly-upstream", commit=scratch.commit, hunks_upstream=present,
-                       hunks_missing=[h.label(f.path) for f, h in forward],
-                       details=[f"already upstream: {x}" for x in present]
-                       + [f"still ours: {h.label(f.path)}" for f, h in forward])
+    upstream_details = [f"already upstream ({p['how']}): {p['hunk']}" for p in present]
+    if present and not missing:
+        if not forward and not failing:
+            return _result(patch, "already-upstream", how=_how(present), hunks_upstream=present,
+                           details=[f"every hunk is already there ({len(present)})", *upstream_details])
+        rest = [(x["f"], x["h"]) for x in failing] + forward
+        if scratch.apply("".join(hunks.mini_patch(f, h) for f, h in rest), patch.subject + " (hunks upstream lacks)",
+                         three_way=bool(failing)):
+            ours = [h.label(f.path) for f, h in rest]
+            return _result(patch, "partly-upstream", commit=scratch.commit, how=_how(present),
+                           hunks_upstream=present, hunks_missing=ours, three_way=bool(failing),
+                           details=upstream_details + [f"still ours: {x}" for x in ours])
     if missing and not failing:
         return _result(patch, "target-missing", missing_files=missing,
                        details=[f"target file gone upstream: {m}" for m in missing])
+    before = scratch.commit
     if scratch.apply(text, patch.subject, three_way=True):
+        dropped = _dropped_by_merge(scratch, before, text)
+        if dropped == "all":
+            scratch.commit = before  # no empty commit: nothing of the patch is left to carry
+            return _result(patch, "already-upstream", how="3-way no-op",
+                           details=["a 3-way merge leaves the tree as it was: upstream has every change"])
+        if dropped:
+            return _result(patch, "partly-upstream", commit=scratch.commit, how="3-way dropped hunks",
+                           hunks_upstream=[{"hunk": d, "how": "3-way dropped it"} for d in dropped],
+                           three_way=True, details=[f"already upstream (3-way dropped it): {d}" for d in dropped])
         return _result(patch, "applied-3way", commit=scratch.commit)
     details = [f"target file gone upstream: {m}" for m in missing]
     for h in failing:
         details += [f"{h['file']}: {h['hunk']}", f"    {h['mismatch']}"]
     return _result(patch, "conflict", files=sorted({h["file"] for h in failing} | set(missing)),
-                   hunks=failing, missing_files=missing, hunks_upstream=present, details=details)
+                   hunks=[{k: h[k] for k in ("file", "hunk", "mismatch", "why")} for h in failing],
+                   missing_files=missing, hunks_upstream=present, details=details + upstream_details)
+
+
+def _how(present: list[dict]) -> str:
+    kinds = sorted({p["how"].split(" (")[0].split(" at line")[0] for p in present})
+    return "per hunk: " + ", ".join(kinds)
+
+
+def _dropped_by_merge(scratch: ScratchTree, before: str, text: str) -> list[str] | str:
+    """Hunks of ``text`` whose change the 3-way result ``before..scratch.commit`` does not make
+    (upstream had them); "all" when the merge changed nothing."""
+    if git.out(scratch.repo, "rev-parse", f"{before}^{{tree}}") == git.out(
+            scratch.repo, "rev-parse", f"{scratch.commit}^{{tree}}"):
+        return "all"
+    made = hunks.parse(git.run(scratch.repo, "diff", "--no-color", before, scratch.commit).stdout)
+    changed = {f.path: {ln for h in f.hunks for ln in h.lines if ln[:1] in "+-" and ln[1:].strip()}
+               for f in made}
+    dropped = []
+    for f in hunks.parse(text):
+        for h in f.hunks:
+            own = {ln for ln in h.lines if ln[:1] in "+-" and ln[1:].strip()}
+            if own and not own & changed.get(f.path, set()):
+                dropped.append(h.label(f.path))
+    return dropped
+
+
+UPSTREAM = ("already-upstream", "partly-upstream")
+
+
+def name_upstream_change(repo: Path, base: Base, pin, patch: Patch, result: dict) -> list[dict]:
+    """Per upstream hunk: the upstream commit and PR (git bases, through history), or the first
+    release that has it (PyPI bases, checked against the pinned base the series was written on)."""
+    labels = {h["hunk"] for h in result.get("hunks_upstream") or []}
+    files = hunks.parse(patch.path.read_text(errors="replace"))
+    wanted = [(f, h) for f in files for h in f.hunks if not labels or h.label(f.path) in labels]
+    found = []
+    if base.kind in ("git", "path"):
+        history = provenance.ensure_history(repo, base, pin.commit)
+        for f, h in wanted:
+            c = provenance.upstream_commit(repo, base, pin.commit, f.path, h)
+            found.append({"hunk": h.label(f.path), "history": history,
+                          **(c or {"commit": None, "note": "no upstream commit found by pickaxe"})})
+        return found
+    older = None
+    if base.version and base.version != pin.vllm:
+        from .sources import resolve
+        older = resolve("", pin).commit
+    for f, h in wanted:
+        found.append({"hunk": h.label(f.path), **provenance.first_release(
+            repo, base, older, f"pypi:{pin.vllm}", f.path, h)})
+    return found
 
 
 def decision(result: dict, base: Base) -> str:
@@ -102,7 +178,8 @@ def decision(result: dict, base: Base) -> str:
     if s == "already-upstream":
         return f"drop: upstream has it; record it in patches/{ledger.LEDGER}:\n" + ledger.entry_for(result, base)
     if s == "partly-upstream":
-        return "refresh: drop the hunks upstream already has, keep the rest"
+        return ("refresh: drop the hunks upstream already has, keep the rest; note them in "
+                f"patches/{ledger.LEDGER}:\n" + ledger.entry_for(result, base))
     if s == "applied-3way":
         return "refresh: apply with --3way in build/vllm, then --export"
     if s == "target-missing":
@@ -119,6 +196,8 @@ def run(project: Project, base: Base, pin) -> dict:
         results = []
         for patch in patches:
             r = classify(scratch, patch)
+            if r["status"] in UPSTREAM:
+                r["upstream_change"] = name_upstream_change(repo, base, pin, patch, r)
             r["decision"] = decision(r, base)
             results.append(r)
         entries = overlay.read_manifest(project.overlay_dir)

@@ -69,7 +69,7 @@ tool() {
         -r ci/requirements/build.txt
     "$PY" tools/apply.py --check
     # shared helpers have real module names: one pytest call collects every tool-side directory
-    "$PY" -m pytest -q --collect-only tests/tool tests/integration >/dev/null
+    "$PY" -m pytest -q --collect-only tests/tool tests/integration | tail -n 1
     run_pytest yes "tests/tool" "$PY" -m pytest -q tests/tool
 }
 

@@ -3,7 +3,6 @@ cache dir, ~50 MB each; every later run reuses it)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,11 +10,6 @@ from patchstack import sources
 from patchstack.pin import read_pin
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def git(cwd, *args, **kw):
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True,
-                          **kw).stdout.strip()
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,10 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT, git
 from patchstack.apply import Project, load_series
 from patchstack.overlay import read_manifest
+
+from tests.tool.repos import ROOT, git
 
 
 def test_real_series_applies_exactly_to_the_pinned_sdist(base_0340, pin, tmp_path):

@@ -17,9 +17,10 @@ import sys
 import tempfile
 
 import pytest
-from conftest import ROOT, git
 from patchstack import sources
 from patchstack.export import FORMAT_PATCH, series_text
+
+from tests.tool.repos import ROOT, git
 
 PENALTIES = "vllm/v1/worker/gpu/sample/penalties.py"
 TRAILERS = ("Upstream-Status: Backport [0.34.0]\nUpstream-PR: 62d4bc3c7\n"

@@ -187,3 +187,21 @@ def test_pypi_base_names_the_first_release_checked_against_the_older_base(up, tm
     # had the older base the change already, the release is not guessed
     got = provenance.first_release(repo, base, newer, "pypi:9.9.8", f.path, f.hunks[0])
     assert got["first_release"] == "<= pypi:9.9.8"
+
+
+def test_a_file_upstream_renamed_is_followed(project, up, tmp_path):
+    """git's rename detection between the pinned commit and the base finds the file's new place."""
+    project.add(up, "0001-scale.patch", {PATH: sub(MODULE, OURS)}, "[Core] scale the input")
+    version = project.path / "VERSION"
+    version.write_text(version.read_text().replace('commit = "62d4bc3c7"', f'commit = "{up.v1[:9]}"'))
+    up.commit({PATH: None, "vllm/renamed.py": sub(MODULE, OURS, ("def alpha(x):\n", "def alpha(x: int):\n"))},
+              "[Refactor] rename module (#777)")
+    r = status(project, up, tmp_path)
+    assert r["status"] == "already-upstream", r
+    assert "vllm/renamed.py (renamed)" in r["hunks_upstream"][0]["how"]
+    # not merged, only moved: target-missing names the new place
+    project2_patch = project.path / "patches" / "dspark" / "0001-scale.patch"
+    text = project2_patch.read_text().replace("scale_input(x, factor=2)", "scale_input(x, factor=5)")
+    project2_patch.write_text(text)
+    r = status(project, up, tmp_path)
+    assert r["status"] == "target-missing" and "renamed upstream to vllm/renamed.py" in r["missing_files"][0]

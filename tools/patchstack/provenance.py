@@ -59,6 +59,20 @@ def ensure_history(repo, base, previous: str | None) -> str:
     return f"deepened {DEEPEN_MAX} commits without reaching the previous base"
 
 
+def renames(repo, base, previous: str | None) -> dict[str, str]:
+    """old path -> new path for files upstream renamed between the previous base and this one
+    (git's rename detection); empty without that history (PyPI bases, an unknown previous)."""
+    if base.kind not in ("git", "path") or not previous or not git.has_commit(repo, previous):
+        return {}
+    out = git.run(repo, "diff", "-M", "--name-status", "-z", "--diff-filter=R", previous, base.commit,
+                  check=False).stdout.split("\0")
+    moved = {}
+    for i in range(0, len(out) - 2, 3):
+        if out[i].startswith("R"):
+            moved[out[i + 1]] = out[i + 2]
+    return moved
+
+
 def upstream_commit(repo, base, previous: str | None, path: str, hunk: hunks.Hunk) -> dict | None:
     """{commit, subject, pr} of the newest upstream commit that brought the hunk's change."""
     line = pickaxe_line(hunk)

@@ -56,7 +56,8 @@ class ScratchTree:
         return True
 
 
-def classify(scratch: ScratchTree, patch: Patch) -> dict:
+def classify(scratch: ScratchTree, patch: Patch, moved=None) -> dict:
+    """``moved(path)``: where upstream renamed ``path`` to, when the base has the history."""
     text = patch.path.read_text(errors="replace")
     if scratch.apply(text, patch.subject):
         return _result(patch, "applied", commit=scratch.commit)
@@ -66,7 +67,18 @@ def classify(scratch: ScratchTree, patch: Patch) -> dict:
     forward, present, failing, missing = [], [], [], []
     for f in hunks.parse(text):
         if f.old_path and not hunks.file_exists(scratch.repo, scratch.commit, f.old_path):
-            missing.append(f.old_path)
+            new_path = moved(f.old_path) if moved else None
+            if new_path is None:
+                missing.append(f.old_path)
+                continue
+            # upstream renamed the file: look for the hunks by content at its new place
+            lines = hunks.file_lines(scratch.repo, scratch.commit, new_path)
+            found = [presence.hunk_presence(lines, h) for h in f.hunks]
+            if all(found):
+                present += [{"hunk": h.label(f.path), "how": f"{x.how} in {new_path} (renamed)"}
+                            for h, x in zip(f.hunks, found, strict=True)]
+            else:
+                missing.append(f"{f.old_path} (renamed upstream to {new_path})")
             continue
         target_lines = None
         for h in f.hunks:
@@ -194,8 +206,17 @@ def run(project: Project, base: Base, pin) -> dict:
     scratch = ScratchTree(repo, base.commit)
     try:
         results = []
+        renames: dict[str, str] | None = None
+
+        def moved(path: str) -> str | None:  # history is fetched only when a file is missing
+            nonlocal renames
+            if renames is None:
+                provenance.ensure_history(repo, base, pin.commit)
+                renames = provenance.renames(repo, base, pin.commit)
+            return renames.get(path)
+
         for patch in patches:
-            r = classify(scratch, patch)
+            r = classify(scratch, patch, moved=moved)
             if r["status"] in UPSTREAM:
                 r["upstream_change"] = name_upstream_change(repo, base, pin, patch, r)
             r["decision"] = decision(r, base)

@@ -85,8 +85,8 @@ def ground_truth(hunk: hunks.Hunk, touched: set[int], inserted_after: set[int]) 
         idx = [i for i, (k, _) in enumerate(lines) if k == "-"]
         before = next((n for k, n in reversed(lines[:idx[0]]) if k == " "), None)
         after = next((n for k, n in lines[idx[-1] + 1:] if k == " "), None)
-        in_effect = before is not None and after is not None and not ({before, after} & touched) \
-            and before not in inserted_after
+        # a neighbour of None is the file's edge, which nothing can change
+        in_effect = not ({before, after} & touched) and before not in inserted_after
     drifted = in_effect and bool((set(span) & touched) or (set(span[:-1]) & inserted_after))
     return in_effect, drifted
 

@@ -237,3 +237,22 @@ def test_warm_rerun_keeps_unchanged_commits_and_equals_a_full_replay(project, up
     rep = json.loads((tmp_path / "vllm-report.json").read_text())
     assert not any(p.get("reused") for p in rep["patches"])
     assert git(out, "rev-parse", "HEAD") == git(fresh, "rev-parse", "HEAD")
+
+
+def test_abort_works_without_a_git_identity(project, upstream, tmp_path, monkeypatch):
+    """A fresh machine has no ~/.gitconfig: git refuses `am --abort` without an identity, so the
+    tool supplies its own where the user has none (a configured identity still wins)."""
+    project.add(upstream, "0001-sampler.patch", {"vllm/sampler.py": edited(SAMPLER, "line 4\n", "line four\n")},
+                "[Sampler] four")
+    upstream.commit({"vllm/sampler.py": edited(SAMPLER, "line 4\n", "line FOUR\n")})
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "vllm"
+    assert project.run("--base", f"path:{upstream.path}", "--out", str(out)) == 1  # stops on the conflict
+    assert project.run("--out", str(out), "--abort") == 0
+    assert not (out / ".git" / "rebase-apply").exists()

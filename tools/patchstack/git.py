@@ -6,6 +6,7 @@ same base and series give the same commit ids on every machine.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from pathlib import Path
@@ -31,8 +32,26 @@ def tool_env(date: str | None = None, author: bool = True) -> dict[str, str]:
     return env
 
 
+@functools.cache
+def _fallback_identity(home: str | None, xdg: str | None, global_config: str | None) -> tuple[tuple[str, str], ...]:
+    """The tool's identity where the user has none: git refuses even `am --abort` (it writes a
+    reflog) without one, and a fresh machine has no ~/.gitconfig. A configured identity wins."""
+    if subprocess.run(["git", "var", "GIT_COMMITTER_IDENT"], capture_output=True).returncode == 0:
+        return ()
+    return (("GIT_COMMITTER_NAME", TOOL_NAME), ("GIT_COMMITTER_EMAIL", TOOL_EMAIL),
+            ("GIT_AUTHOR_NAME", TOOL_NAME), ("GIT_AUTHOR_EMAIL", TOOL_EMAIL))
+
+
+def _with_identity(env: dict | None) -> dict | None:
+    base = os.environ if env is None else env
+    missing = [(k, v) for k, v in _fallback_identity(base.get("HOME"), base.get("XDG_CONFIG_HOME"),
+                                                     base.get("GIT_CONFIG_GLOBAL")) if k not in base]
+    return env if not missing else {**base, **dict(missing)}
+
+
 def run(repo: Path | None, *args: str, env: dict | None = None, check: bool = True,
         input: bytes | str | None = None, text: bool = True) -> subprocess.CompletedProcess:
+    env = _with_identity(env)
     cmd = ["git", "-c", "safe.directory=*", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false",
            "-c", "core.hooksPath=/dev/null", "-c", "advice.detachedHead=false"]
     if repo is not None:

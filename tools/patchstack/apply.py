@@ -58,8 +58,10 @@ class Project:
 
 def load_series(project: Project) -> list[Patch]:
     series = read_series(project.patches_dir)
-    if series.problems:
-        raise ToolError("the series is not valid:\n  " + "\n  ".join(series.problems))
+    if series.problems:  # the first problem on the error line, the others below it
+        more = series.problems[1:]
+        raise ToolError(series.problems[0] + (f"\n  and {len(more)} more problem(s) in the series:\n  "
+                                              + "\n  ".join(more) if more else ""))
     return series.patches
 
 
@@ -268,12 +270,12 @@ def diagnose(tree: Path, patch: Patch, treeish: str = "HEAD") -> dict:
         if bad or (not f.hunks and not hunks.check(tree, treeish, "\n".join(f.header) + "\n")):
             files.append(f.path)
         for h in bad:
-            failing.append({"file": f.path, "hunk": h.header, "mismatch": hunks.mismatch(tree, treeish, f.path, h)})
+            failing.append({"file": f.path, "hunk": h.header, "mismatch": hunks.mismatch(tree, treeish, f.path, h, creates=f.old_path is None)})
     return {"files": files, "hunks": failing, "missing_files": missing}
 
 
 def _conflict_details(d: dict) -> list[str]:
-    lines = [f"target file gone upstream: {m}" for m in d["missing_files"]]
+    lines = [f"{m}: the patch changes this file, but the base does not have it (moved or removed upstream?)" for m in d["missing_files"]]
     for h in d["hunks"]:
         lines.append(f"{h['file']}: {h['hunk']}")
         lines.append(f"    {h['mismatch']}")
@@ -491,6 +493,11 @@ def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> di
 
 
 def _next_steps(tree: Path, results: list[dict], overlay_results: list[dict]) -> str:
+    stuck = next((r for r in results if r["status"] in STOPS), None)
+    if stuck and stuck["status"] == "target-missing":
+        return (f"{', '.join(stuck['missing_files'])} not in the base: find where upstream moved the code "
+                f"(git log --follow), make the patch's change there in {tree}, `git add` it, then "
+                "`python tools/apply.py --continue`; or `python tools/apply.py --abort`")
     if any(r["status"] != "applied" for r in overlay_results):
         return ("the overlay does not fit the base: update overlay/ and overlay/manifest.toml, then run "
                 "`python tools/apply.py --continue` (or --abort)")

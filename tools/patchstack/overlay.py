@@ -47,13 +47,13 @@ def read_manifest(overlay_dir: Path) -> list[Entry]:
             continue
         rel = p.relative_to(overlay_dir).as_posix()
         if p.is_symlink():
-            odd.append(f"overlay/{rel}: is a symlink (to {os.readlink(p)}); overlay/ holds the files themselves")
+            odd.append(f"{p}: is a symlink (to {os.readlink(p)}); overlay/ holds the files themselves")
         elif kind := schema.special(p):
-            odd.append(f"overlay/{rel}: is {kind}, not a file")
+            odd.append(f"{p}: is {kind}, not a file")
         elif p.is_file():
             files.append(rel)
     if odd:
-        raise ToolError(f"{overlay_dir}: refusing files that are not regular files:\n  " + "\n  ".join(odd))
+        raise ToolError("\n  ".join(odd))
     if not manifest.exists() and not manifest.is_symlink():
         if files:
             raise ToolError(f"{manifest}: missing, but overlay files exist: {', '.join(files[:5])}")
@@ -87,14 +87,20 @@ def read_manifest(overlay_dir: Path) -> list[Entry]:
     listed = {item.get("path") for item in raw}
     problems += [f"overlay/{f}: not listed in the manifest" for f in files if f not in listed]
     if problems:
-        raise ToolError(f"{manifest}:\n  " + "\n  ".join(problems))
+        raise ToolError(f"{manifest}: " + "\n  ".join(problems))
     return entries
 
 
 def check(entries: list[Entry], overlay_dir: Path, repo: Path, base: str) -> list[dict]:
     """Each entry against the upstream base: applied (ok to copy), conflict, target-missing, already-upstream."""
     results = []
+    links = _symlinks_on_the_way(repo, base, entries)
     for e in entries:
+        if e.path in links:
+            results.append({"path": e.path, "kind": e.kind, "status": "conflict", "detail": (
+                f"the base has a symlink at {links[e.path]}: the file would be written through it, "
+                "possibly outside the tree; refusing")})
+            continue
         exists = hunks.file_exists(repo, base, e.path)
         blob = git.out(repo, "rev-parse", f"{base}:{e.path}") if exists else None
         ours = git.out(repo, "hash-object", str(overlay_dir / e.path))
@@ -115,6 +121,22 @@ def check(entries: list[Entry], overlay_dir: Path, repo: Path, base: str) -> lis
             status, detail = "applied", f"replaces upstream blob {blob[:12]}"
         results.append({"path": e.path, "kind": e.kind, "status": status, "detail": detail})
     return results
+
+
+def _symlinks_on_the_way(repo: Path, base: str, entries: list[Entry]) -> dict[str, str]:
+    """Entries whose path in ``base`` passes through (or is) a symlink: {entry path: symlink path}."""
+    prefixes = {"/".join(e.path.split("/")[:i]) for e in entries for i in range(1, e.path.count("/") + 2)}
+    if not prefixes:
+        return {}
+    listing = git.out(repo, "ls-tree", "-z", base, "--", *sorted(prefixes)).split("\0")
+    links = {line.split("\t", 1)[1] for line in listing if line.startswith("120000 ")}
+    found = {}
+    for e in entries:
+        parts = e.path.split("/")
+        hit = next(("/".join(parts[:i]) for i in range(1, len(parts) + 1) if "/".join(parts[:i]) in links), None)
+        if hit:
+            found[e.path] = hit
+    return found
 
 
 def copy(entries: list[Entry], overlay_dir: Path, repo: Path) -> None:

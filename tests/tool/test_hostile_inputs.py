@@ -17,8 +17,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from tests.tool.repos import SAMPLER, TRAILERS, edited, git
 
+from tests.tool.repos import SAMPLER, TRAILERS, edited, git
 
 # --- helpers ------------------------------------------------------------------------------------
 
@@ -206,7 +206,8 @@ def test_sdist_with_a_hostile_member_never_reaches_the_cache(project, tmp_path, 
 
 
 def test_real_looking_sdist_symlink_inside_the_tree_is_kept(project, tmp_path, isolated_cache):
-    from patchstack import git as pgit, sources
+    from patchstack import git as pgit
+    from patchstack import sources
 
     sdist = tmp_path / "vllm-1.2.3.tar.gz"
     _hostile_sdist(sdist, _member("vllm-1.2.3/vllm/alias.py", tarfile.SYMTYPE, link="_version.py"))
@@ -468,7 +469,8 @@ def test_ctrl_c_inside_git_am_then_continue_reports_the_real_stop(project, upstr
     assert [p["status"] for p in rep["patches"]] == ["applied", "conflict"]
     assert "expected 'line 4', found 'line FOUR'" in rep["patches"][1]["hunks"][0]["mismatch"]
     # the person's part works as usual from here
-    (out / "vllm" / "sampler.py").write_text(edited(edited(SAMPLER, "line 4\n", "line FOUR\n"), "line 5\n", "line five\n"))
+    resolved = edited(edited(SAMPLER, "line 4\n", "line FOUR\n"), "line 5\n", "line five\n")
+    (out / "vllm" / "sampler.py").write_text(resolved)
     git(out, "add", "vllm/sampler.py")
     assert run(project, capsys, "--continue", "--out", str(out))[0] == 0
 

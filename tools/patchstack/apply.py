@@ -22,7 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import git, hunks, overlay, report as report_mod
+from . import git, hunks, overlay
+from . import report as report_mod
 from .errors import ToolError
 from .series import Patch, read_series
 from .sources import Base, bases_repo
@@ -270,12 +271,13 @@ def diagnose(tree: Path, patch: Patch, treeish: str = "HEAD") -> dict:
         if bad or (not f.hunks and not hunks.check(tree, treeish, "\n".join(f.header) + "\n")):
             files.append(f.path)
         for h in bad:
-            failing.append({"file": f.path, "hunk": h.header, "mismatch": hunks.mismatch(tree, treeish, f.path, h, creates=f.old_path is None)})
+            failing.append({"file": f.path, "hunk": h.header,
+                            "mismatch": hunks.mismatch(tree, treeish, f.path, h, creates=f.old_path is None)})
     return {"files": files, "hunks": failing, "missing_files": missing}
 
 
 def _conflict_details(d: dict) -> list[str]:
-    lines = [f"{m}: the patch changes this file, but the base does not have it (moved or removed upstream?)" for m in d["missing_files"]]
+    lines = [hunks.missing_target(m) for m in d["missing_files"]]
     for h in d["hunks"]:
         lines.append(f"{h['file']}: {h['hunk']}")
         lines.append(f"    {h['mismatch']}")

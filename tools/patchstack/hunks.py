@@ -104,6 +104,11 @@ def check(repo: Path, treeish: str, patch_text: str, reverse: bool = False) -> b
         os.unlink(idx)
 
 
+def missing_target(path: str) -> str:
+    """The detail line for a file a patch changes that the base lacks."""
+    return f"{path}: the patch changes this file, but the base does not have it (moved or removed upstream?)"
+
+
 def mismatch(repo: Path, treeish: str, path: str, hunk: Hunk, creates: bool = False) -> str:
     """First line where the hunk's expected upstream text differs from what the tree has now."""
     p = git.run(repo, "show", f"{treeish}:{path}", check=False)

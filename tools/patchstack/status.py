@@ -72,7 +72,8 @@ def classify(scratch: ScratchTree, patch: Patch) -> dict:
                 present.append(h.label(f.path))
             else:
                 failing.append({"file": f.path, "hunk": h.header,
-                                "mismatch": hunks.mismatch(scratch.repo, scratch.commit, f.path, h, creates=f.old_path is None)})
+                                "mismatch": hunks.mismatch(scratch.repo, scratch.commit, f.path, h,
+                                                           creates=f.old_path is None)})
     if not failing and not missing and present:
         if not forward:
             return _result(patch, "already-upstream", details=[f"every hunk is already there ({len(present)})"])
@@ -84,10 +85,10 @@ def classify(scratch: ScratchTree, patch: Patch) -> dict:
                        + [f"still ours: {h.label(f.path)}" for f, h in forward])
     if missing and not failing:
         return _result(patch, "target-missing", missing_files=missing,
-                       details=[f"{m}: the patch changes this file, but the base does not have it (moved or removed upstream?)" for m in missing])
+                       details=[hunks.missing_target(m) for m in missing])
     if scratch.apply(text, patch.subject, three_way=True):
         return _result(patch, "applied-3way", commit=scratch.commit)
-    details = [f"{m}: the patch changes this file, but the base does not have it (moved or removed upstream?)" for m in missing]
+    details = [hunks.missing_target(m) for m in missing]
     for h in failing:
         details += [f"{h['file']}: {h['hunk']}", f"    {h['mismatch']}"]
     return _result(patch, "conflict", files=sorted({h["file"] for h in failing} | set(missing)),

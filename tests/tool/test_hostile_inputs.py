@@ -350,17 +350,19 @@ def test_export_refuses_edits_it_would_not_export(project, upstream, tmp_path, c
 
 def test_export_of_two_commits_with_the_same_subject_keeps_both(project, upstream, tmp_path, capsys):
     out = built(project, upstream, tmp_path, capsys)
-    for text in ("line one\n", "line two\n"):
-        (out / "vllm" / "sampler.py").write_text(text)
-        git(out, "commit", "-qam", f"[Misc] tweak\n\nWhy.\n\n{TRAILERS}")
-    (out / "README.md").write_text("after\n")
-    git(out, "commit", "-qam", f"[Misc] tweak\n\nAgain.\n\n{TRAILERS}")
+    # a follow-up commit reusing the subject of the listed patch, and a pair of new twins
+    for path, text, subject in (("vllm/sampler.py", "follow-up\n", "[DSpark] B is 20"),
+                                ("README.md", "one\n", "[Misc] tweak"), ("README.md", "two\n", "[Misc] tweak")):
+        (out / path).write_text(text)
+        git(out, "commit", "-qam", f"{subject}\n\nWhy.\n\n{TRAILERS}")
+    first = (project.path / "patches" / "dspark" / "0001-config.patch").read_bytes()
     assert run(project, capsys, "--export", "--out", str(out))[0] == 0
     listed = [ln for ln in (project.path / "patches" / "series").read_text().splitlines()
               if ln and not ln.startswith("#")]
-    assert len(listed) == 4 and len(set(listed)) == 4
+    assert len(listed) == 4 and len(set(listed)) == 4 and listed[0] == "dspark/0001-config.patch"
     assert all((project.path / "patches" / name).is_file() for name in listed)
-    # the export applies again to the same tree
+    assert (project.path / "patches" / "dspark" / "0001-config.patch").read_bytes() == first
+    # the export applies again, to the same content
     v2 = tmp_path / "v2"
     assert run(project, capsys, *base_args(upstream, v2))[0] == 0
     assert git(v2, "rev-parse", "HEAD^{tree}") == git(out, "rev-parse", "HEAD^{tree}")

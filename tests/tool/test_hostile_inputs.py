@@ -588,3 +588,34 @@ def test_patch_creating_a_file_the_base_already_has_says_so(project, upstream, t
     code, text = run(project, capsys, *base_args(upstream, tmp_path / "vllm"))
     assert code == 1
     assert "the patch creates this file, but the base already has it" in text and "vllm/newmod.py" in text
+
+
+# --- more of the catalogue -----------------------------------------------------------------------
+
+def test_export_refuses_a_commit_that_edits_an_overlay_file(project, upstream, tmp_path, capsys):
+    a_patch(project, upstream)
+    project.add_overlay("vllm/extra.py", "E = 1\n")
+    out = tmp_path / "vllm"
+    assert run(project, capsys, *base_args(upstream, out))[0] == 0
+    (out / "vllm" / "extra.py").write_text("E = 2\n")
+    git(out, "commit", "-qam", f"[Misc] tweak the overlay file\n\nWhy.\n\n{TRAILERS}")
+    before = snapshot(project.path)
+    code, text = run(project, capsys, "--export", "--out", str(out))
+    assert code == 2
+    error_line(text, "vllm/extra.py", "overlay/")
+    assert snapshot(project.path) == before
+
+
+def test_cache_directory_that_is_a_file_is_one_line(project, upstream, tmp_path, monkeypatch, capsys):
+    (tmp_path / "cachefile").write_text("not a directory\n")
+    monkeypatch.setenv("VLLM_OVERLAY_CACHE", str(tmp_path / "cachefile"))
+    code, text = run(project, capsys, *base_args(upstream, tmp_path / "vllm"))
+    assert code == 2 and "cachefile" in error_line(text)
+    assert (tmp_path / "cachefile").read_text() == "not a directory\n"
+
+
+def test_patches_are_kept_byte_exact_by_git_checkouts():
+    from tests.tool.repos import ROOT
+
+    attrs = git(ROOT, "check-attr", "text", "--", "patches/dspark/0001-full-trained-block.patch")
+    assert attrs.endswith("text: unset")  # no CRLF conversion, whatever core.autocrlf says

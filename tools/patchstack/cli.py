@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     except ToolError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:  # the last resort: an unexpected file-system problem is one line, not a traceback
+        print(f"error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"\ninterrupted: {apply.after_interrupt(out)}", file=sys.stderr)
         return 130

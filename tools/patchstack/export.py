@@ -10,6 +10,7 @@ commit before it. A commit without the metadata trailers is refused.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -70,6 +71,7 @@ def export_tree(project: Project, tree: Path, dest: Path | None = None) -> list[
     if commits and git.out(tree, "log", "-1", "--format=%s", commits[-1]).startswith("overlay: ") and \
             git.out(tree, "log", "-1", "--format=%ae", commits[-1]) == git.TOOL_EMAIL:
         commits = commits[:-1]  # the overlay commit is made from overlay/, not exported
+    _refuse_overlay_edits(project, tree, commits)
     current = read_series(project.patches_dir).patches
     by_subject: dict[str, list] = {}
     for p in current:
@@ -107,10 +109,33 @@ def export_tree(project: Project, tree: Path, dest: Path | None = None) -> list[
         path = dest / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+            _write_whole(path, text)
         written.append(name)
-    (dest / "series").write_text(series_text(by_group))
+    _write_whole(dest / "series", series_text(by_group))
     return written
+
+
+def _write_whole(path: Path, text: str) -> None:
+    # an export killed half-way leaves each file either as it was or complete, never truncated
+    tmp = path.with_name(f".{path.name}.export-tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _refuse_overlay_edits(project: Project, tree: Path, commits: list[str]) -> None:
+    """A commit changing a file the overlay provides would become a patch that cannot apply (the
+    overlay is copied after the series): the change belongs in overlay/."""
+    from . import overlay
+
+    owned = {e.path for e in overlay.read_manifest(project.overlay_dir)}
+    if not owned or not commits:
+        return
+    for c in commits:
+        touched = set(git.out(tree, "diff-tree", "--no-commit-id", "--name-only", "-r", "-z", c).split("\0"))
+        hit = sorted(touched & owned)
+        if hit:
+            raise ToolError(f"commit {c[:12]} changes {', '.join(hit)}, which overlay/ provides; refusing to export "
+                            f"it as a patch. Make the change in overlay/{hit[0]} (and drop the commit)")
 
 
 def _refuse_clobbering(project: Project, tree: Path, state: dict, current: list, mails: list) -> None:

@@ -16,7 +16,10 @@ from .errors import ToolError
 @contextmanager
 def hold(directory: Path, what: str, wait: bool = False) -> Iterator[None]:
     """Hold an exclusive lock on ``directory`` (created if missing); refuse, or wait, when another run has it."""
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ToolError(f"{directory}: is not a directory (or lies under a file); it should hold {what}") from None
     fd = os.open(directory, os.O_RDONLY)
     try:
         try:

@@ -619,3 +619,22 @@ def test_patches_are_kept_byte_exact_by_git_checkouts():
 
     attrs = git(ROOT, "check-attr", "text", "--", "patches/dspark/0001-full-trained-block.patch")
     assert attrs.endswith("text: unset")  # no CRLF conversion, whatever core.autocrlf says
+
+
+@pytest.mark.parametrize("then", ["--continue", "--abort"])
+def test_ctrl_c_while_committing_the_overlay(project, upstream, tmp_path, monkeypatch, capsys, then):
+    from patchstack import git as pgit
+
+    a_patch(project, upstream)
+    project.add_overlay("vllm/extra.py", "E = 1\n")
+    out = tmp_path / "vllm"
+    _interrupt_once(monkeypatch, pgit, "run", lambda repo, *a, **kw: a[:1] == ("commit-tree",) and repo == out)
+    code, text = run(project, capsys, *base_args(upstream, out))
+    assert code == 130 and "--continue" in text  # the state says a run is under way: the advice fits
+    monkeypatch.undo()
+    assert run(project, capsys, then, "--out", str(out))[0] == 0
+    assert git(out, "status", "--porcelain") == ""
+    if then == "--continue":
+        assert (out / "vllm" / "extra.py").read_text() == "E = 1\n"
+        assert git(out, "log", "-1", "--format=%s") == "overlay: 1 file(s) from overlay/"
+    assert run(project, capsys, *base_args(upstream, out))[0] == 0

@@ -638,3 +638,23 @@ def test_ctrl_c_while_committing_the_overlay(project, upstream, tmp_path, monkey
         assert (out / "vllm" / "extra.py").read_text() == "E = 1\n"
         assert git(out, "log", "-1", "--format=%s") == "overlay: 1 file(s) from overlay/"
     assert run(project, capsys, *base_args(upstream, out))[0] == 0
+
+
+@pytest.mark.parametrize("name", ["patches", "overlay"])
+def test_project_directory_symlinked_outside_is_refused(project, upstream, tmp_path, outside, capsys, name):
+    real = project.path / name
+    real.rename(outside / name)
+    real.symlink_to(outside / name)
+    for args in (base_args(upstream, tmp_path / "vllm"), ("--check",)):
+        code, text = run(project, capsys, *args)
+        assert code == 2
+        error_line(text, str(real), "outside the project")
+    assert not (tmp_path / "vllm").exists()
+
+
+def test_series_entry_that_is_a_directory_is_named_as_such(project, upstream, tmp_path, capsys):
+    (project.path / "patches" / "dspark" / "0001-dir.patch").mkdir(parents=True)
+    project.series["dspark"].append("dspark/0001-dir.patch")
+    project.write_series()
+    code, text = run(project, capsys, *base_args(upstream, tmp_path / "vllm"))
+    assert code == 2 and "dspark/0001-dir.patch is listed but is a directory, not a patch file" in error_line(text)

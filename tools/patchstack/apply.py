@@ -57,7 +57,18 @@ class Project:
         return self.root / "VERSION"
 
 
+def check_layout(project: Project) -> None:
+    """patches/ and overlay/ are the project's own directories, not symlinks to elsewhere."""
+    from .schema import inside
+
+    for d in (project.patches_dir, project.overlay_dir):
+        if d.is_symlink() and not inside(d, project.root):
+            raise ToolError(f"{d}: is a symlink to {d.resolve()}, outside the project; the tool reads only "
+                            "files inside the project")
+
+
 def load_series(project: Project) -> list[Patch]:
+    check_layout(project)
     series = read_series(project.patches_dir)
     if series.problems:  # the first problem on the error line, the others below it
         more = series.problems[1:]

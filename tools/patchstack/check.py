@@ -19,6 +19,7 @@ from .series import read_series
 
 def run(project: apply.Project, pin, remote: str | None = None) -> int:
     failures: list[str] = []
+    apply.check_layout(project)
     series = read_series(project.patches_dir)
     failures += series.problems + ledger.problems(project.patches_dir)
     try:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ OVERLAY_DATE = "2000-01-01T00:00:00Z"
 # Rewritten by every `pip install -e` of the tree (setuptools-scm output, tracked because the
 # sdist ships it): a change there is the install's, not a person's work.
 INSTALL_OUTPUTS = {"vllm/_version.py"}
+# statuses with which a run stops and waits for a person
+STOPS = ("conflict", "target-missing", "error")
 
 
 @dataclass(frozen=True)
@@ -54,10 +57,23 @@ class Project:
         return self.root / "VERSION"
 
 
+def check_layout(project: Project) -> None:
+    """patches/ and overlay/ are the project's own directories, not symlinks to elsewhere."""
+    from .schema import inside
+
+    for d in (project.patches_dir, project.overlay_dir):
+        if d.is_symlink() and not inside(d, project.root):
+            raise ToolError(f"{d}: is a symlink to {d.resolve()}, outside the project; the tool reads only "
+                            "files inside the project")
+
+
 def load_series(project: Project) -> list[Patch]:
+    check_layout(project)
     series = read_series(project.patches_dir)
-    if series.problems:
-        raise ToolError("the series is not valid:\n  " + "\n  ".join(series.problems))
+    if series.problems:  # the first problem on the error line, the others below it
+        more = series.problems[1:]
+        raise ToolError(series.problems[0] + (f"\n  and {len(more)} more problem(s) in the series:\n  "
+                                              + "\n  ".join(more) if more else ""))
     return series.patches
 
 
@@ -68,10 +84,23 @@ def _state_path(tree: Path) -> Path:
 
 
 def read_state(tree: Path) -> dict | None:
+    """The tree's state, None when there is none; a damaged state file is an error naming it."""
     try:
-        return json.loads(_state_path(tree).read_text())
-    except (FileNotFoundError, ToolError):
+        path = _state_path(tree)
+        state = json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError, ToolError):
         return None
+    except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ToolError(f"{path}: the tool's state file is damaged ({e.__class__.__name__}: {e})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("run", {}), dict):
+        raise ToolError(f"{path}: the tool's state file is damaged (expected a JSON object)")
+    return state
+
+
+def _unborn_and_empty(tree: Path) -> bool:
+    """A tree a killed first run left right after `git init`: no commits, no files, nothing to lose."""
+    return git.rev(tree, "HEAD") is None and not git.out(
+        tree, "status", "--porcelain", "--untracked-files=all", "--ignored")
 
 
 def _write_state(tree: Path, state: dict) -> None:
@@ -84,6 +113,44 @@ def _write_state(tree: Path, state: dict) -> None:
 
 # --- the build tree ---------------------------------------------------------------------------
 
+def check_outputs(project: Project, tree: Path | None, report_path: Path | None) -> None:
+    """Refuse output paths that cannot work, before any download or build."""
+    def blocker(path: Path) -> Path | None:  # the first existing ancestor that is not a directory
+        for parent in list(reversed(path.parents)):
+            if parent.exists() and not parent.is_dir():
+                return parent
+        return None
+
+    if tree is not None:
+        if tree.exists() and not tree.is_dir():
+            raise ToolError(f"--out {tree}: is a file, expected a directory for the build tree")
+        if (b := blocker(tree)) is not None:
+            raise ToolError(f"--out {tree}: {b} is a file, not a directory")
+        for inner in (project.patches_dir, project.overlay_dir):
+            if tree.resolve().is_relative_to(inner.resolve()) or inner.resolve().is_relative_to(tree.resolve()):
+                raise ToolError(f"--out {tree}: overlaps the project's {inner.name}/; choose a build tree "
+                                "outside patches/ and overlay/")
+    if report_path is not None:
+        if report_path.is_dir():
+            raise ToolError(f"--report {report_path}: is a directory, expected a file path")
+        if (b := blocker(report_path)) is not None:
+            raise ToolError(f"--report {report_path}: {b} is a file, not a directory")
+        if tree is not None and report_path.resolve().is_relative_to(tree.resolve()):
+            raise ToolError(f"--report {report_path}: inside the build tree {tree}, where it would count as "
+                            "untracked work; write it next to the tree")
+
+
+def after_interrupt(tree: Path) -> str:
+    """What to do after Ctrl-C, from what the tree says (the run may not have reached it yet)."""
+    try:
+        state = read_state(tree) if (tree / ".git").exists() else None
+    except ToolError:
+        state = None
+    if state and state.get("run"):
+        return f"run `python tools/apply.py --continue` or `--abort` for {tree}"
+    return f"{tree} was not changed by this run (or only created empty); run the command again"
+
+
 def _foreign_work(tree: Path, state: dict | None) -> list[str]:
     """What in ``tree`` this tool did not make: uncommitted changes, other commits, a stopped am."""
     found = []
@@ -93,8 +160,7 @@ def _foreign_work(tree: Path, state: dict | None) -> list[str]:
         found.append("an earlier run stopped there: finish it with --continue or undo it with --abort")
     if git.am_in_progress(tree):
         found.append("a `git am` is in progress")
-    dirty = [line for line in git.run(tree, "status", "--porcelain", "--untracked-files=normal").stdout.splitlines()
-             if not (line[:3] == " M " and line[3:] in INSTALL_OUTPUTS)]
+    dirty = _dirty(tree)
     if dirty:
         shown = ", ".join(line[3:] for line in dirty[:5]) + (", …" if len(dirty) > 5 else "")
         found.append(f"{len(dirty)} uncommitted or untracked paths ({shown})")
@@ -104,6 +170,12 @@ def _foreign_work(tree: Path, state: dict | None) -> list[str]:
         found.append(f"HEAD {str(head)[:12]} is not the {state['head'][:12]} this tool left"
                      + ("; commits not made by the tool:\n      " + extra.replace("\n", "\n      ") if extra else ""))
     return found
+
+
+def _dirty(tree: Path) -> list[str]:
+    """`git status --porcelain` lines of work in the tree (uncommitted or untracked), install outputs aside."""
+    return [line for line in git.run(tree, "status", "--porcelain", "--untracked-files=normal").stdout.splitlines()
+            if not (line[:3] == " M " and line[3:] in INSTALL_OUTPUTS)]
 
 
 def save_recovery(tree: Path) -> str:
@@ -139,8 +211,11 @@ def prepare_tree(tree: Path, base: Base, force: bool) -> tuple[str | None, str |
         git.run(tree, "config", "core.untrackedCache", "true")  # the safety check runs `git status` each time
         state, recovery = None, None
     else:
-        state = read_state(tree)
-        found = _foreign_work(tree, state)
+        try:
+            state = read_state(tree)
+            found = [] if state is None and _unborn_and_empty(tree) else _foreign_work(tree, state)
+        except ToolError as e:  # a damaged state file: the tree is treated as holding foreign work
+            state, found = None, [str(e)]
         recovery = None
         if found:
             if not force:
@@ -207,12 +282,13 @@ def diagnose(tree: Path, patch: Patch, treeish: str = "HEAD") -> dict:
         if bad or (not f.hunks and not hunks.check(tree, treeish, "\n".join(f.header) + "\n")):
             files.append(f.path)
         for h in bad:
-            failing.append({"file": f.path, "hunk": h.header, "mismatch": hunks.mismatch(tree, treeish, f.path, h)})
+            failing.append({"file": f.path, "hunk": h.header,
+                            "mismatch": hunks.mismatch(tree, treeish, f.path, h, creates=f.old_path is None)})
     return {"files": files, "hunks": failing, "missing_files": missing}
 
 
 def _conflict_details(d: dict) -> list[str]:
-    lines = [f"target file gone upstream: {m}" for m in d["missing_files"]]
+    lines = [hunks.missing_target(m) for m in d["missing_files"]]
     for h in d["hunks"]:
         lines.append(f"{h['file']}: {h['hunk']}")
         lines.append(f"    {h['mismatch']}")
@@ -321,13 +397,13 @@ def build(project: Project, base: Base, tree: Path, report_path: Path, three_way
     tree = tree.resolve()
     previous_head, recovery, previous_state = prepare_tree(tree, base, force)
     kept = [] if full or recovery else reusable_prefix(previous_state, base, patches)
-    git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, kept[-1]["commit"] if kept else base.commit)
-    git.run(tree, "tag", "-f", "base", base.commit)
     results = [dict(_result(p, "applied", commit=old["commit"]), reused=True)
                for p, old in zip(patches, kept, strict=False)]
     run = {"previous_head": previous_head, "previous_state": previous_state, "recovery_ref": recovery,
            "base": base.to_json(), "three_way": three_way, "patches": [p.name for p in patches],
-           "report": str(report_path), "overlay_version": overlay_version, "results": results}
+           "report": str(report_path), "overlay_version": overlay_version, "results": results,
+           "start": kept[-1]["commit"] if kept else base.commit, "started": False}
+    # the state first, then the tree moves: killed at any point after this, --continue and --abort work
     _write_state(tree, {"run": run})
     print(f"applying {len(patches) - len(kept)} of {len(patches)} patches to {tree} (base {base.commit[:12]}"
           + (f"; {len(kept)} unchanged commits kept" if kept else "") + ")", file=sys.stderr)
@@ -338,6 +414,13 @@ def continue_(project: Project, tree: Path) -> dict:
     tree = tree.resolve()
     run = _run_state(tree)
     patches = _patches_of(project, run)
+    if git.am_in_progress(tree) and not any(r["status"] in STOPS for r in run["results"]):
+        # the run was killed inside `git am` before it could record a stop: nothing here is a
+        # person's resolution, so drop am's state and let the tree say how far it got
+        if _dirty(tree):
+            print(f"saved the interrupted `git am`'s files as {save_recovery(tree)}", file=sys.stderr)
+        git.run(tree, "am", "--quit")
+        git.run(tree, "reset", "-q", "--hard", "HEAD")
     if git.am_in_progress(tree):
         proc = git.run(tree, "am", "--continue", env=git.tool_env(author=False), check=False)
         if proc.returncode != 0:
@@ -348,17 +431,24 @@ def continue_(project: Project, tree: Path) -> dict:
 
 
 def abort(project: Project, tree: Path) -> str:
+    """Undo a stopped or interrupted run; return what happened, for one line of output."""
     tree = tree.resolve()
+    if (tree / ".git").exists() and read_state(tree) is None and _unborn_and_empty(tree):
+        # killed right after `git init` of a first build: before the run the tree did not exist
+        shutil.rmtree(tree / ".git")
+        if not any(tree.iterdir()):
+            tree.rmdir()
+        return f"{tree} was an unfinished first build holding nothing; removed it"
     run = _run_state(tree)
-    if git.am_in_progress(tree):
-        git.run(tree, "am", "--abort")
+    if git.am_in_progress(tree) and git.run(tree, "am", "--abort", check=False).returncode != 0:
+        git.run(tree, "am", "--quit")  # an am killed half-way may not abort cleanly; the checkout below resets
     target = run["previous_head"] or run["base"]["commit"]
     git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, target)
     if run.get("previous_state"):
         _write_state(tree, run["previous_state"])
     else:
         _write_state(tree, {"head": git.rev(tree, "HEAD"), "aborted": True})
-    return target
+    return f"{tree} is back at {target[:12]}"
 
 
 def _run_state(tree: Path) -> dict:
@@ -378,8 +468,18 @@ def _patches_of(project: Project, run: dict) -> list[Patch]:
     return [by_name[n] for n in run["patches"]]
 
 
+def _start(tree: Path, run: dict) -> None:
+    """Put the tree on the run's starting commit (base, or the kept prefix) with the `base` tag."""
+    git.run(tree, "checkout", "-q", "-f", "-B", BRANCH, run["start"])
+    git.run(tree, "tag", "-f", "base", run["base"]["commit"])
+    run["started"] = True
+    _write_state(tree, {"run": run})
+
+
 def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> dict:
     results = run["results"]
+    if not run.get("started", True):
+        _start(tree, run)
 
     def save():
         _write_state(tree, {"run": run})
@@ -407,6 +507,11 @@ def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> di
 
 
 def _next_steps(tree: Path, results: list[dict], overlay_results: list[dict]) -> str:
+    stuck = next((r for r in results if r["status"] in STOPS), None)
+    if stuck and stuck["status"] == "target-missing":
+        return (f"{', '.join(stuck['missing_files'])} not in the base: find where upstream moved the code "
+                f"(git log --follow), make the patch's change there in {tree}, `git add` it, then "
+                "`python tools/apply.py --continue`; or `python tools/apply.py --abort`")
     if any(r["status"] != "applied" for r in overlay_results):
         return ("the overlay does not fit the base: update overlay/ and overlay/manifest.toml, then run "
                 "`python tools/apply.py --continue` (or --abort)")

@@ -12,13 +12,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import apply, export, ledger, overlay, sources
+from . import apply, export, ledger, lock, overlay, sources
 from .errors import ToolError
 from .series import read_series
 
 
 def run(project: apply.Project, pin, remote: str | None = None) -> int:
     failures: list[str] = []
+    apply.check_layout(project)
     series = read_series(project.patches_dir)
     failures += series.problems + ledger.problems(project.patches_dir)
     try:
@@ -27,7 +28,8 @@ def run(project: apply.Project, pin, remote: str | None = None) -> int:
         failures.append(str(e))
     if failures:
         return _fail(failures)
-    base = sources.resolve("", pin, remote)
+    with lock.hold(sources.cache_dir(), "the bases cache", wait=True):
+        base = sources.resolve("", pin, remote)
     with tempfile.TemporaryDirectory(prefix="overlay-check-") as tmp:
         tree = Path(tmp) / "vllm"
         rep = apply.build(project, base, tree, Path(tmp) / "report.json",

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import apply, pin, report, sources
+from . import apply, lock, overlay, pin, report, sources
 from .errors import ToolError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -64,35 +64,41 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.version:
             return _version(project)
-        if args.abort:
-            target = apply.abort(project, out)
-            print(f"aborted: {out} is back at {target[:12]}")
-            return 0
-        if args.continue_:
-            rep = apply.continue_(project, out)
-            return _finish(rep, report_path)
-        if args.export:
-            from . import export
-            written = export.export_tree(project, out)
-            print(f"exported {len(written)} patches to {project.patches_dir}")
-            return 0
+        if args.abort or args.continue_ or args.export:
+            if not (out / ".git").exists():
+                raise ToolError(f"{out}: no build tree here")
+            with lock.hold(out, "this build tree"):
+                return _on_tree(args, project, out, report_path)
+        # every input and output is checked before anything is downloaded, imported or built
         the_pin = pin.read_pin(project.version_file)
         if args.check:
             from . import check
             return check.run(project, the_pin, args.remote)
-        base = sources.resolve(args.base, the_pin, args.remote)
+        apply.load_series(project)
+        overlay.read_manifest(project.overlay_dir)
         if args.status:
+            if args.report:
+                apply.check_outputs(project, None, args.report.absolute())
             from . import status
+            with lock.hold(sources.cache_dir(), "the bases cache", wait=True):
+                base = sources.resolve(args.base, the_pin, args.remote)
             rep = status.run(project, base, the_pin)
             return _finish(rep, args.report.absolute() if args.report else None)
-        rep = apply.build(project, base, out, report_path, args.three_way, args.force,
-                          the_pin.overlay_version, full=args.full)
+        apply.check_outputs(project, out, report_path)
+        with lock.hold(sources.cache_dir(), "the bases cache", wait=True):
+            base = sources.resolve(args.base, the_pin, args.remote)
+        with lock.hold(out, "this build tree"):
+            rep = apply.build(project, base, out, report_path, args.three_way, args.force,
+                              the_pin.overlay_version, full=args.full)
         return _finish(rep, report_path)
     except ToolError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:  # the last resort: an unexpected file-system problem is one line, not a traceback
+        print(f"error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        print(f"\ninterrupted: run `python tools/apply.py --continue` or `--abort` for {out}", file=sys.stderr)
+        print(f"\ninterrupted: {apply.after_interrupt(out)}", file=sys.stderr)
         return 130
 
 
@@ -101,6 +107,20 @@ def _version(project: apply.Project) -> int:
     print(f"tools/apply.py {the_pin.overlay_version}: vLLM {the_pin.vllm} "
           f"(upstream commit {the_pin.commit}, sdist sha256 {the_pin.sdist_sha256[:16]}...) "
           f"+ {project.patches_dir.relative_to(project.root)}/series + overlay/")
+    return 0
+
+
+def _on_tree(args, project: apply.Project, out: Path, report_path: Path) -> int:
+    """--abort, --continue, --export: commands on an existing build tree, under its lock."""
+    if args.abort:
+        print(f"aborted: {apply.abort(project, out)}")
+        return 0
+    if args.continue_:
+        rep = apply.continue_(project, out)
+        return _finish(rep, report_path)
+    from . import export
+    written = export.export_tree(project, out)
+    print(f"exported {len(written)} patches to {project.patches_dir}")
     return 0
 
 

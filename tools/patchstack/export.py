@@ -10,11 +10,12 @@ commit before it. A commit without the metadata trailers is refused.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from . import git
-from .apply import Project, _commits
+from .apply import Project, _commits, _dirty, read_state
 from .errors import ToolError
 from .series import GROUPS, metadata_problems, parse_trailers, read_series
 
@@ -45,19 +46,36 @@ def series_text(by_group: dict[str, list[str]]) -> str:
 
 
 def export_tree(project: Project, tree: Path, dest: Path | None = None) -> list[str]:
-    """Export ``tree`` into ``dest`` (default patches/); return the written patch names."""
+    """Export ``tree`` into ``dest`` (default patches/); return the written patch names.
+
+    Export never loses work: it refuses while the tree holds edits it would not export, and it
+    overwrites or deletes a patch file only when that file is still the one the tree was built
+    from (so a patch edited or added in patches/ since then is never clobbered).
+    """
     dest = dest or project.patches_dir
     tree = tree.resolve()
     if not (tree / ".git").exists() or git.rev(tree, "base") is None:
         raise ToolError(f"{tree}: no build tree with a `base` tag; run tools/apply.py first")
     if git.am_in_progress(tree):
         raise ToolError(f"{tree}: a git am is in progress; finish it with --continue first")
+    state = read_state(tree) or {}
+    if state.get("run"):
+        raise ToolError(f"{tree}: a run stopped there; finish it with --continue (or --abort) before exporting")
+    dirty = _dirty(tree)
+    if dirty:
+        raise ToolError(f"{tree}: refusing to export, {len(dirty)} paths hold uncommitted or untracked edits the "
+                        f"export would not include: {', '.join(line[3:] for line in dirty[:8])}"
+                        + (", …" if len(dirty) > 8 else "") + ". Commit them (with the trailers of "
+                        "patches/FORMAT.md) or discard them, then export again")
     commits = _commits(tree)
     if commits and git.out(tree, "log", "-1", "--format=%s", commits[-1]).startswith("overlay: ") and \
             git.out(tree, "log", "-1", "--format=%ae", commits[-1]) == git.TOOL_EMAIL:
         commits = commits[:-1]  # the overlay commit is made from overlay/, not exported
+    _refuse_overlay_edits(project, tree, commits)
     current = read_series(project.patches_dir).patches
-    by_subject = {p.subject: p for p in current}
+    by_subject: dict[str, list] = {}
+    for p in current:
+        by_subject.setdefault(p.subject, []).append(p)  # same subject twice: matched in series order
     by_group: dict[str, list[str]] = {}
     written, problems, group = [], [], GROUPS[0]
     mails = []
@@ -68,11 +86,12 @@ def export_tree(project: Project, tree: Path, dest: Path | None = None) -> list[
         if bad:
             problems.append(f"commit {c[:12]} {subject!r}: " + "; ".join(bad))
             continue
-        known = by_subject.get(subject)
+        known = by_subject.get(subject, []).pop(0) if by_subject.get(subject) else None
         if known:
             name, group = known.name, known.group or group
         else:
-            taken = {n for names in by_group.values() for n in names} | {p.name for p in current}
+            taken = {n for names in by_group.values() for n in names} | {p.name for p in current} | {
+                f.relative_to(dest).as_posix() for f in (dest / group).glob("*.patch")}
             nums = [int(m.group(1)) for n in taken if (m := re.match(rf"{re.escape(group)}/(\d+)-", n))]
             name = f"{group}/{max(nums, default=0) + 1:04d}-{_slug(subject)}.patch"
         by_group.setdefault(group, []).append(name)
@@ -81,14 +100,57 @@ def export_tree(project: Project, tree: Path, dest: Path | None = None) -> list[
         raise ToolError("refusing to export commits without metadata (add the trailers of patches/FORMAT.md "
                         "with `git commit --amend` or `git rebase -i`):\n  " + "\n  ".join(problems))
     keep = {name for name, _ in mails}
-    for p in current:
-        if p.name not in keep and dest == project.patches_dir:
-            p.path.unlink()  # dropped from the stack
+    if dest == project.patches_dir:
+        _refuse_clobbering(project, tree, state, current, mails)
+        for p in current:
+            if p.name not in keep:
+                p.path.unlink()  # dropped from the stack
     for name, text in mails:
         path = dest / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+            _write_whole(path, text)
         written.append(name)
-    (dest / "series").write_text(series_text(by_group))
+    _write_whole(dest / "series", series_text(by_group))
     return written
+
+
+def _write_whole(path: Path, text: str) -> None:
+    # an export killed half-way leaves each file either as it was or complete, never truncated
+    tmp = path.with_name(f".{path.name}.export-tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _refuse_overlay_edits(project: Project, tree: Path, commits: list[str]) -> None:
+    """A commit changing a file the overlay provides would become a patch that cannot apply (the
+    overlay is copied after the series): the change belongs in overlay/."""
+    from . import overlay
+
+    owned = {e.path for e in overlay.read_manifest(project.overlay_dir)}
+    if not owned or not commits:
+        return
+    for c in commits:
+        touched = set(git.out(tree, "diff-tree", "--no-commit-id", "--name-only", "-r", "-z", c).split("\0"))
+        hit = sorted(touched & owned)
+        if hit:
+            raise ToolError(f"commit {c[:12]} changes {', '.join(hit)}, which overlay/ provides; refusing to export "
+                            f"it as a patch. Make the change in overlay/{hit[0]} (and drop the commit)")
+
+
+def _refuse_clobbering(project: Project, tree: Path, state: dict, current: list, mails: list) -> None:
+    """Refuse when a patch file export would delete or rewrite is not the one the tree was built from."""
+    import hashlib
+
+    built = {p.get("file"): p.get("sha256") for p in state.get("patches", [])}
+    texts = dict(mails)
+    changed = []
+    for p in current:
+        if texts.get(p.name) is not None and p.path.read_text() == texts[p.name]:
+            continue  # unchanged by this export
+        if built.get(p.name) != hashlib.sha256(p.path.read_bytes()).hexdigest():
+            changed.append(f"patches/{p.name}")
+    if changed:
+        raise ToolError(f"refusing to export: {', '.join(changed)} changed or appeared in patches/ since {tree} "
+                        "was built, and the export would overwrite or delete it. Apply first "
+                        "(python tools/apply.py) so the tree holds it, then edit and export there")

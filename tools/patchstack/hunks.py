@@ -104,7 +104,12 @@ def check(repo: Path, treeish: str, patch_text: str, reverse: bool = False) -> b
         os.unlink(idx)
 
 
-def mismatch(repo: Path, treeish: str, path: str, hunk: Hunk) -> str:
+def missing_target(path: str) -> str:
+    """The detail line for a file a patch changes that the base lacks."""
+    return f"{path}: the patch changes this file, but the base does not have it (moved or removed upstream?)"
+
+
+def mismatch(repo: Path, treeish: str, path: str, hunk: Hunk, creates: bool = False) -> str:
     """First line where the hunk's expected upstream text differs from what the tree has now."""
     p = git.run(repo, "show", f"{treeish}:{path}", check=False)
     if p.returncode != 0:
@@ -112,6 +117,9 @@ def mismatch(repo: Path, treeish: str, path: str, hunk: Hunk) -> str:
     have = p.stdout.splitlines()
     want = hunk.preimage
     start = max(hunk.old_start - 1, 0)
+    if creates:
+        return "the patch creates this file, but the base already has it" + (
+            f" (line 1: {have[0].strip()!r})" if have else " (empty)")
     if not want and have:
         return f"line 1: expected an empty file, found {have[0].strip()!r}"
     for i, line in enumerate(want):

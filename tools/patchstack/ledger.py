@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
+from . import schema
 from .errors import ToolError
 
 LEDGER = "UPSTREAMED.toml"
@@ -15,10 +15,9 @@ def read(patches_dir: Path) -> list[dict]:
     path = patches_dir / LEDGER
     if not path.exists():
         return []
-    try:
-        items = tomllib.loads(path.read_text()).get("upstreamed", [])
-    except tomllib.TOMLDecodeError as e:
-        raise ToolError(f"{path}: not valid TOML: {e}") from None
+    items = schema.load_toml(path, patches_dir, "the ledger of upstreamed items, TOML").get("upstreamed", [])
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ToolError(f"{path}: `upstreamed` must be an array of tables ([[upstreamed]] entries)")
     return items
 
 

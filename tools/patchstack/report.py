@@ -7,6 +7,7 @@ least file, status and commit (null when not applied), ``overlay`` entries, ``re
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,8 +16,11 @@ PATCH_STATUSES = ("applied", "applied-3way", "conflict", "error", "already-upstr
 
 
 def write(report: dict, path: Path) -> None:
+    """Write the report whole: a reader (or a run killed meanwhile) never sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, path)
 
 
 def table(report: dict, out=None) -> None:

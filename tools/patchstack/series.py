@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from email.header import decode_header, make_header
 from pathlib import Path
 
+from . import schema
 from .errors import ToolError
 
 GROUPS = ("dspark", "block-verification", "sm120", "tilelang")
@@ -19,6 +20,8 @@ FIELDS = ("Upstream-Status", "Upstream-PR", "Drop-When", "Reason")
 # Yocto's vocabulary; the value in brackets is required where True
 STATUSES = {"Pending": False, "Submitted": True, "Backport": True, "Denied": False, "Inappropriate": True}
 _STATUS_RE = re.compile(r"^(?P<word>[A-Za-z]+)(?:\s*\[(?P<arg>[^\]]*)\])?\s*$")
+# the first line of each mail in git format-patch output (the commit id is zeroed by --export)
+_MAIL_START = re.compile(r"^From [0-9a-f]{40} Mon Sep 17 00:00:00 2001$", re.M)
 _PR_RE = re.compile(r"^(none|#\d+|https?://\S+|[0-9a-f]{7,40})$")
 
 
@@ -45,10 +48,9 @@ class Series:
 
 def read_series(patches_dir: Path) -> Series:
     series_file = patches_dir / "series"
-    if not series_file.is_file():
-        raise ToolError(f"{series_file}: missing")
+    text = schema.read_text(series_file, patches_dir, "the list of patch files, one per line")
     problems, patches, seen, group = [], [], set(), None
-    for lineno, raw in enumerate(series_file.read_text().splitlines(), start=1):
+    for lineno, raw in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
         line = raw.strip()
         if not line:
             continue
@@ -63,8 +65,17 @@ def read_series(patches_dir: Path) -> Series:
             continue
         seen.add(line)
         path = patches_dir / line
+        if why := schema.safe_relpath(line):
+            problems.append(f"{where}: {line!r} {why}; expected a path inside patches/")
+            continue
+        if (path.exists() or path.is_symlink()) and not schema.inside(path, patches_dir):
+            problems.append(f"{where}: {line} points outside patches/ (to {path.resolve()}); "
+                            "a patch must be a file inside patches/")
+            continue
         if not path.is_file():
-            problems.append(f"{where}: {line} is listed but the file is missing")
+            kind = schema.special(path) or ("a directory" if path.is_dir() else "")
+            problems.append(f"{where}: {line} is listed but " + (f"is {kind}, not a patch file" if kind
+                                                                  else "the file is missing"))
             continue
         patch = Patch(name=line, group=group, path=path)
         try:
@@ -84,7 +95,15 @@ def read_series(patches_dir: Path) -> Series:
 
 def parse_mail(patch: Patch) -> None:
     """Fill subject, author and metadata from a format-patch mail; reject what git am would not take."""
-    text = patch.path.read_text(errors="replace")
+    data = patch.path.read_bytes()
+    if data.startswith(b"From ") and data.split(b"\n", 1)[0].endswith(b"\r"):
+        raise ToolError(f"{patch.path}: has CRLF (Windows) line endings, which git format-patch never writes "
+                        "(an editor or core.autocrlf converted it); convert it back to LF line endings")
+    text = data.decode("utf-8", errors="replace")
+    mails = len(_MAIL_START.findall(text))
+    if mails > 1:
+        raise ToolError(f"{patch.path}: holds {mails} mails (git format-patch output of {mails} commits); "
+                        "one patch per file: split it and list each file in patches/series")
     head, sep, rest = text.partition("\n\n")
     if not sep or not head.startswith("From ") and "\nFrom:" not in "\n" + head:
         raise ToolError(f"{patch.path}: not a git format-patch mail (no mail header)")

@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import git, progress
+from . import git, progress, schema
 from .errors import ToolError
 from .pin import Pin
 
@@ -66,6 +66,8 @@ def resolve(spec: str, pin: Pin, remote: str | None = None) -> Base:
     if spec in ("", "pinned"):
         spec = f"pypi:{pin.vllm}"
     if spec.startswith("pypi:"):
+        if not schema.VERSION_RE.fullmatch(spec[5:]):
+            raise ToolError(f"--base {spec!r}: {spec[5:]!r} is not a version like 0.34.0")
         return _from_pypi(spec, spec[5:], pin)
     if spec.startswith("path:"):
         return _from_path(spec, Path(spec[5:]).expanduser())
@@ -143,15 +145,17 @@ def import_tarball(repo: Path, tarball: Path, message: str) -> tuple[str, int]:
     import tarfile
     entries: list[tuple[str, str, bytes]] = []
     date = bar_pos = 0
+    top = None
     try:
         # progress in compressed bytes read: the member count is unknown until the end
         with open(tarball, "rb") as raw, tarfile.open(fileobj=raw) as tar, \
                 progress.tracker(f"importing {tarball.name}", tarball.stat().st_size) as bar:
             for member in tar:
+                top = _check_member(tarball, member, top)
                 parts = member.name.split("/", 1)
                 if len(parts) < 2 or not parts[1] or member.isdir():
                     continue
-                path = parts[1]
+                path = parts[1].rstrip("/")
                 if path.startswith(DROPPED_FROM_SDIST):
                     continue
                 if member.issym():
@@ -166,8 +170,54 @@ def import_tarball(repo: Path, tarball: Path, message: str) -> tuple[str, int]:
                 bar_pos = raw.tell()
     except (tarfile.TarError, EOFError, OSError) as e:
         raise ToolError(f"{tarball}: not a readable tarball: {e}") from None
+    _check_unique(tarball, entries)
     print(f"  importing {tarball.name}: {len(entries)} files into the base commit", file=sys.stderr)
     return _import(repo, entries, message, date), len(entries)
+
+
+def _check_member(tarball: Path, member, top: str | None) -> str:
+    """Refuse a member that could land outside the tree: checked before anything reaches the cache.
+
+    Every member sits under one top directory, by a plain relative path; a symlink points within
+    the tree; hard links, devices and FIFOs are refused. Returns the top directory.
+    """
+    name = member.name.rstrip("/")
+    where = f"{tarball}: member {member.name!r}"
+    if why := schema.safe_relpath(name):
+        raise ToolError(f"{where}: its path {why}; refusing the sdist (nothing was imported)")
+    first = name.split("/", 1)[0]
+    if top is not None and first != top:
+        raise ToolError(f"{where}: outside the sdist's top directory {top}/; refusing the sdist (nothing was imported)")
+    if member.issym() and (why := _link_escapes(name, member.linkname)):
+        raise ToolError(f"{where}: symlink to {member.linkname!r} {why}; refusing the sdist (nothing was imported)")
+    if not (member.isfile() or member.isdir() or member.issym()):
+        kind = "a hard link" if member.islnk() else "a device, FIFO or other special member"
+        raise ToolError(f"{where}: is {kind}; an sdist holds files, directories and symlinks only "
+                        "(nothing was imported)")
+    return first
+
+
+def _link_escapes(name: str, target: str) -> str | None:
+    """Why a symlink at ``name`` (relative to the tree's parent) pointing at ``target`` leaves the tree."""
+    if not target or target.startswith("/"):
+        return "is absolute or empty"
+    depth = name.count("/") - 1  # directories between the tree root and the link (top dir stripped)
+    for part in target.split("/"):
+        depth += -1 if part == ".." else (0 if part in ("", ".") else 1)
+        if depth < 0:
+            return "points outside the tree"
+    return None
+
+
+def _check_unique(source: Path, entries: list[tuple[str, str, bytes]]) -> None:
+    seen: set[str] = set()
+    dirs = {p.rsplit("/", 1)[0] for p, _, _ in entries if "/" in p}
+    dirs |= {d.rsplit("/", i)[0] for d in list(dirs) for i in range(1, d.count("/") + 1)}
+    for path, _, _ in entries:
+        if path in seen or path in dirs:
+            raise ToolError(f"{source}: {path} appears twice (or as both a file and a directory); "
+                            "refusing an ambiguous base (nothing was imported)")
+        seen.add(path)
 
 
 # --- git remote ------------------------------------------------------------------------------
@@ -236,12 +286,21 @@ def _from_path(spec: str, path: Path) -> Base:
                     version=_version_at(repo, head))
     entries = []
     for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if d != ".git")
-        for name in files:
+        # a symlink to a directory is listed in dirs but not walked: keep it as the symlink it is
+        files += [d for d in dirs if (Path(root) / d).is_symlink()]
+        dirs[:] = sorted(d for d in dirs if d != ".git" and not (Path(root) / d).is_symlink())
+        for name in sorted(files):
             full = Path(root) / name
             rel = full.relative_to(path).as_posix()
             if full.is_symlink():
-                entries.append((rel, "120000", os.readlink(full).encode()))
+                target = os.readlink(full)
+                if why := _link_escapes("top/" + rel, target):
+                    raise ToolError(f"--base {spec}: {full} is a symlink to {target!r} that {why}; "
+                                    "a base must stay within itself (nothing was imported)")
+                entries.append((rel, "120000", target.encode()))
+            elif kind := schema.special(full):
+                raise ToolError(f"--base {spec}: {full} is {kind}; a base holds regular files, directories "
+                                "and symlinks only (nothing was imported)")
             else:
                 mode = "100755" if os.access(full, os.X_OK) else "100644"
                 entries.append((rel, mode, full.read_bytes()))

@@ -96,7 +96,8 @@ def classify(scratch: ScratchTree, patch: Patch, moved=None) -> dict:
                 present.append({"hunk": h.label(f.path), "how": found.how})
             else:
                 failing.append({"file": f.path, "hunk": h.header, "f": f, "h": h, "why": found.how,
-                                "mismatch": hunks.mismatch(scratch.repo, scratch.commit, f.path, h)})
+                                "mismatch": hunks.mismatch(scratch.repo, scratch.commit, f.path, h,
+                                                           creates=f.old_path is None)})
     upstream_details = [f"already upstream ({p['how']}): {p['hunk']}" for p in present]
     if present and not missing:
         if not forward and not failing:
@@ -111,7 +112,7 @@ def classify(scratch: ScratchTree, patch: Patch, moved=None) -> dict:
                            details=upstream_details + [f"still ours: {x}" for x in ours])
     if missing and not failing:
         return _result(patch, "target-missing", missing_files=missing,
-                       details=[f"target file gone upstream: {m}" for m in missing])
+                       details=[hunks.missing_target(m) for m in missing])
     before = scratch.commit
     if scratch.apply(text, patch.subject, three_way=True):
         dropped = _dropped_by_merge(scratch, before, text)
@@ -124,7 +125,7 @@ def classify(scratch: ScratchTree, patch: Patch, moved=None) -> dict:
                            hunks_upstream=[{"hunk": d, "how": "3-way dropped it"} for d in dropped],
                            three_way=True, details=[f"already upstream (3-way dropped it): {d}" for d in dropped])
         return _result(patch, "applied-3way", commit=scratch.commit)
-    details = [f"target file gone upstream: {m}" for m in missing]
+    details = [hunks.missing_target(m) for m in missing]
     for h in failing:
         details += [f"{h['file']}: {h['hunk']}", f"    {h['mismatch']}"]
     return _result(patch, "conflict", files=sorted({h["file"] for h in failing} | set(missing)),

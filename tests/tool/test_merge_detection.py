@@ -205,3 +205,54 @@ def test_a_file_upstream_renamed_is_followed(project, up, tmp_path):
     project2_patch.write_text(text)
     r = status(project, up, tmp_path)
     assert r["status"] == "target-missing" and "renamed upstream to vllm/renamed.py" in r["missing_files"][0]
+
+
+# --- the same rules in the build tree: apply --3way and --export --------------------------------
+
+def test_apply_3way_stops_carrying_a_patch_upstream_has_and_export_drops_it(project, up, tmp_path, capsys):
+    project.add(up, "0001-generic.patch", {PATH: sub(MODULE, GENERIC)}, "[Misc] generic")
+    project.add(up, "0002-readme.patch", {"README.md": "ours\n"}, "[Doc] ours")
+    up.commit({PATH: sub(MODULE, GENERIC, *GENERIC_DRIFT)}, "[Misc] upstream did it (#4242)")
+    out = tmp_path / "vllm"
+    assert project.run("--base", f"path:{up.path}", "--out", str(out), "--3way") == 0
+    rep = json.loads((tmp_path / "vllm-report.json").read_text())
+    first, second = rep["patches"]
+    assert first["status"] == "already-upstream" and first["how"] == "3-way no-op" and first["commit"] is None
+    assert "[[upstreamed]]" in first["decision"] and "(#4242)" in first["decision"]
+    assert second["status"] == "applied" and second["commit"]
+    assert git(out, "log", "--format=%s", "base..HEAD").splitlines() == ["[Doc] ours"]  # no empty commit
+    printed = capsys.readouterr().out
+    assert "already-upstream" in printed and "[[upstreamed]]" in printed
+    # a second run over the same tree keeps working (the dropped patch has no commit to match)
+    assert project.run("--base", f"path:{up.path}", "--out", str(out), "--3way") == 0
+    assert project.run("--out", str(out), "--export") == 0
+    err = capsys.readouterr().err
+    assert "dropped dspark/0001-generic.patch: upstream has it" in err and "[[upstreamed]]" in err
+    assert not (project.path / "patches" / "dspark" / "0001-generic.patch").exists()
+    series = (project.path / "patches" / "series").read_text()
+    assert "0001-generic" not in series and "dspark/0002-readme.patch" in series
+
+
+def test_apply_3way_partial_and_export_writes_only_what_is_ours(project, up, tmp_path, capsys):
+    project.add(up, "0001-two.patch", {PATH: sub(MODULE, GENERIC, OURS_B)}, "[Core] two hunks")
+    up.commit({PATH: sub(MODULE, GENERIC, *GENERIC_DRIFT, OURS_B_DRIFT)})
+    out = tmp_path / "vllm"
+    assert project.run("--base", f"path:{up.path}", "--out", str(out), "--3way") == 0
+    r = json.loads((tmp_path / "vllm-report.json").read_text())["patches"][0]
+    assert r["status"] == "partly-upstream" and r["how"] == "3-way dropped hunks", r
+    assert "[[upstreamed]]" in r["decision"]
+    assert project.run("--out", str(out), "--export") == 0
+    assert "upstream has part of it" in capsys.readouterr().err
+    text = (project.path / "patches" / "dspark" / "0001-two.patch").read_text()
+    assert "+    return sorted(seen, key=str)" in text and "-    return total" not in text
+
+
+def test_export_never_writes_an_empty_patch(project, up, tmp_path, capsys):
+    project.add(up, "0001-readme.patch", {"README.md": "ours\n"}, "[Doc] ours")
+    out = tmp_path / "vllm"
+    assert project.run("--base", f"path:{up.path}", "--out", str(out)) == 0
+    git(out, "commit", "-q", "--allow-empty", "-m",
+        "[Misc] nothing\n\nUpstream-Status: Pending\nUpstream-PR: none\nDrop-When: x\nReason: y\n")
+    assert project.run("--out", str(out), "--export") == 0
+    assert "an empty commit" in capsys.readouterr().err
+    assert sorted(p.name for p in (project.path / "patches" / "dspark").iterdir()) == ["0001-readme.patch"]

@@ -37,6 +37,7 @@ OVERLAY_DATE = "2000-01-01T00:00:00Z"
 # sdist ships it): a change there is the install's, not a person's work.
 INSTALL_OUTPUTS = {"vllm/_version.py"}
 # statuses with which a run stops and waits for a person
+COMMITTED = ("applied", "applied-3way", "partly-upstream")  # statuses of a patch with a commit
 STOPS = ("conflict", "target-missing", "error")
 
 
@@ -296,20 +297,33 @@ def _conflict_details(d: dict) -> list[str]:
 
 
 def _sync(tree: Path, patches: list[Patch], results: list[dict]) -> int:
-    """Bring ``results`` in line with the commits above base; return how many patches are applied."""
+    """Bring ``results`` in line with the commits above base; return how many patches are done.
+
+    A patch dropped as already upstream (a 3-way apply that changed nothing) has no commit: the
+    commits map, in order, to the patches that were not dropped.
+    """
     commits = _commits(tree)
-    if len(commits) > len(patches):
-        raise ToolError(f"{tree}: {len(commits)} commits above base but only {len(patches)} patches in the run")
-    for i, commit in enumerate(commits):
+    synced: list[dict] = []
+    n = 0
+    for i, patch in enumerate(patches):
         prev = results[i] if i < len(results) else None
-        if prev is None or prev["status"] not in ("applied", "applied-3way"):
-            r = _result(patches[i], "applied")
+        if prev is not None and prev["status"] == "already-upstream":
+            synced.append(prev)
+            continue
+        if n == len(commits):
+            break
+        if prev is None or prev["status"] not in COMMITTED:
+            r = _result(patch, "applied")
             if prev is not None and prev["status"] in ("conflict", "target-missing", "error"):
                 r["resolved_by_hand"] = True
-            results[i:i + 1] = [r]
-        results[i]["commit"] = commit
-    del results[len(commits):]
-    return len(commits)
+            prev = r
+        prev["commit"] = commits[n]
+        synced.append(prev)
+        n += 1
+    if n < len(commits):
+        raise ToolError(f"{tree}: {len(commits)} commits above base but only {n} patches of the run to match them")
+    results[:] = synced
+    return len(synced)
 
 
 def copy_preimages(tree: Path, patch: Patch) -> None:
@@ -335,10 +349,11 @@ def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way:
         if three_way:
             git.run(tree, "am", "--quit")
             copy_preimages(tree, stuck)
+            head = git.rev(tree, "HEAD")
             ok, output = _am(tree, [stuck.path], three_way=True)
             if ok:
+                results.append(_three_way_result(tree, stuck, head))
                 _sync(tree, patches, results)
-                results[k]["status"] = "applied-3way"
                 save()
                 continue
         # diagnose against HEAD (the tree before the stuck patch), via a scratch index
@@ -354,6 +369,25 @@ def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way:
         save()
         return False
     return True
+
+
+def _three_way_result(tree: Path, patch: Patch, before: str) -> dict:
+    """What a successful ``git am --3way`` of ``patch`` on ``before`` did: nothing (git am says
+    "No changes -- Patch already applied" and makes no commit: the patch is upstream, dropped
+    from the stack), some hunks (upstream had the rest), or all of it."""
+    text = patch.path.read_text(errors="replace")
+    after = git.rev(tree, "HEAD")
+    if after == before:
+        return _result(patch, "already-upstream", how="3-way no-op",
+                       details=["a 3-way merge leaves the tree as it was: upstream has every change; "
+                                "not carried any more (no commit); --export drops it from patches/"])
+    dropped = hunks.dropped_hunks(tree, before, after, text)
+    if dropped and dropped != "all":
+        return _result(patch, "partly-upstream", how="3-way dropped hunks", three_way=True,
+                       hunks_upstream=[{"hunk": d, "how": "3-way dropped it"} for d in dropped],
+                       details=[f"already upstream (3-way dropped it): {d}" for d in dropped]
+                       + ["--export writes the patch without them"])
+    return _result(patch, "applied-3way")
 
 
 def _commits(tree: Path) -> list[str]:
@@ -485,6 +519,7 @@ def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> di
         _write_state(tree, {"run": run})
 
     clean = run_series(tree, patches, results, run["three_way"], save)
+    _name_upstream_changes(project, run, patches, results)
     overlay_results: list[dict] = []
     if clean:
         date = OVERLAY_DATE
@@ -498,12 +533,28 @@ def _resume(project: Project, tree: Path, patches: list[Patch], run: dict) -> di
     if clean:
         by_name = {p.name: p for p in patches}
         _write_state(tree, {"head": rep["head"], "base": run["base"], "report": run["report"], "patches": [
-            {"file": r["file"], "sha256": _digest(by_name[r["file"]]), "commit": r["commit"], "status": r["status"]}
+            {"file": r["file"], "sha256": _digest(by_name[r["file"]]), "commit": r["commit"], "status": r["status"],
+             **({"ledger_entry": r["ledger_entry"]} if r.get("ledger_entry") else {})}
             for r in results]})
     else:
         rep["next"] = _next_steps(tree, results, overlay_results)
     report_mod.write(rep, Path(run["report"]))
     return rep
+
+
+def _name_upstream_changes(project: Project, run: dict, patches: list[Patch], results: list[dict]) -> None:
+    """For a patch a 3-way apply found upstream (whole or in part): the upstream change, the
+    decision and the ledger entry to add, as --status gives them."""
+    from . import ledger, status
+    from .pin import read_pin
+
+    base = Base(**run["base"])
+    for patch, r in zip(patches, results, strict=False):
+        if r["status"] in status.UPSTREAM and "decision" not in r:
+            r["upstream_change"] = status.name_upstream_change(
+                bases_repo(), base, read_pin(project.version_file), patch, r)
+            r["ledger_entry"] = ledger.entry_for(r, base)
+            r["decision"] = status.decision(r, base)
 
 
 def _next_steps(tree: Path, results: list[dict], overlay_results: list[dict]) -> str:

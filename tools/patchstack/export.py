@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 from . import git
@@ -79,8 +80,12 @@ def export_tree(project: Project, tree: Path, dest: Path | None = None) -> list[
     by_group: dict[str, list[str]] = {}
     written, problems, group = [], [], GROUPS[0]
     mails = []
+    empty = []
     for c in commits:
         subject = git.out(tree, "log", "-1", "--format=%s", c)
+        if git.run(tree, "diff-tree", "--quiet", f"{c}^", c, check=False).returncode == 0:
+            empty.append((c, subject))  # nothing to carry: never written as an empty patch
+            continue
         message = git.out(tree, "log", "-1", "--format=%B", c)
         bad = metadata_problems(parse_trailers(message))
         if bad:
@@ -100,11 +105,24 @@ def export_tree(project: Project, tree: Path, dest: Path | None = None) -> list[
         raise ToolError("refusing to export commits without metadata (add the trailers of patches/FORMAT.md "
                         "with `git commit --amend` or `git rebase -i`):\n  " + "\n  ".join(problems))
     keep = {name for name, _ in mails}
+    for c, subject in empty:
+        print(f"skipped {c[:12]} {subject!r}: an empty commit (upstream has its change, or it was "
+              "emptied by hand); no patch is written for it", file=sys.stderr)
+    entries = {p["file"]: p.get("ledger_entry") for p in state.get("patches", [])}
     if dest == project.patches_dir:
         _refuse_clobbering(project, tree, state, current, mails)
         for p in current:
             if p.name not in keep:
                 p.path.unlink()  # dropped from the stack
+                if entries.get(p.name):
+                    print(f"dropped {p.name}: upstream has it; add to patches/UPSTREAMED.toml:\n"
+                          f"{entries[p.name]}", file=sys.stderr)
+                else:
+                    print(f"dropped {p.name}: no commit of it in {tree}", file=sys.stderr)
+    for name, _ in mails:
+        if dest == project.patches_dir and (entry := entries.get(name)):
+            print(f"refreshed {name}: upstream has part of it; add to patches/UPSTREAMED.toml:\n{entry}",
+                  file=sys.stderr)
     for name, text in mails:
         path = dest / name
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -136,3 +136,20 @@ def file_lines(repo: Path, treeish: str, path: str) -> list[str]:
 
 def file_exists(repo: Path, treeish: str, path: str) -> bool:
     return git.run(repo, "cat-file", "-e", f"{treeish}:{path}", check=False).returncode == 0
+
+
+def dropped_hunks(repo: Path, before: str, after: str, patch_text: str) -> list[str] | str:
+    """Hunks of ``patch_text`` whose change the commit range ``before..after`` (a 3-way apply of
+    it) does not make, because upstream had them: their labels, or "all" when nothing changed."""
+    if git.out(repo, "rev-parse", f"{before}^{{tree}}") == git.out(repo, "rev-parse", f"{after}^{{tree}}"):
+        return "all"
+    made = parse(git.run(repo, "diff", "--no-color", before, after).stdout)
+    changed = {f.path: {ln for h in f.hunks for ln in h.lines if ln[:1] in "+-" and ln[1:].strip()}
+               for f in made}
+    dropped = []
+    for f in parse(patch_text):
+        for h in f.hunks:
+            own = {ln for ln in h.lines if ln[:1] in "+-" and ln[1:].strip()}
+            if own and not own & changed.get(f.path, set()):
+                dropped.append(h.label(f.path))
+    return dropped

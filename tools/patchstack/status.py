@@ -115,7 +115,7 @@ def classify(scratch: ScratchTree, patch: Patch, moved=None) -> dict:
                        details=[hunks.missing_target(m) for m in missing])
     before = scratch.commit
     if scratch.apply(text, patch.subject, three_way=True):
-        dropped = _dropped_by_merge(scratch, before, text)
+        dropped = hunks.dropped_hunks(scratch.repo, before, scratch.commit, text)
         if dropped == "all":
             scratch.commit = before  # no empty commit: nothing of the patch is left to carry
             return _result(patch, "already-upstream", how="3-way no-op",
@@ -136,24 +136,6 @@ def classify(scratch: ScratchTree, patch: Patch, moved=None) -> dict:
 def _how(present: list[dict]) -> str:
     kinds = sorted({p["how"].split(" (")[0].split(" at line")[0] for p in present})
     return "per hunk: " + ", ".join(kinds)
-
-
-def _dropped_by_merge(scratch: ScratchTree, before: str, text: str) -> list[str] | str:
-    """Hunks of ``text`` whose change the 3-way result ``before..scratch.commit`` does not make
-    (upstream had them); "all" when the merge changed nothing."""
-    if git.out(scratch.repo, "rev-parse", f"{before}^{{tree}}") == git.out(
-            scratch.repo, "rev-parse", f"{scratch.commit}^{{tree}}"):
-        return "all"
-    made = hunks.parse(git.run(scratch.repo, "diff", "--no-color", before, scratch.commit).stdout)
-    changed = {f.path: {ln for h in f.hunks for ln in h.lines if ln[:1] in "+-" and ln[1:].strip()}
-               for f in made}
-    dropped = []
-    for f in hunks.parse(text):
-        for h in f.hunks:
-            own = {ln for ln in h.lines if ln[:1] in "+-" and ln[1:].strip()}
-            if own and not own & changed.get(f.path, set()):
-                dropped.append(h.label(f.path))
-    return dropped
 
 
 UPSTREAM = ("already-upstream", "partly-upstream")

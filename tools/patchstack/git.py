@@ -1,7 +1,11 @@
 """The few git operations, in one place.
 
 Everything runs the git CLI with a fixed identity for the commits this tool makes, so the
-same base and series give the same commit ids on every machine.
+same base and series give the same commit ids on every machine. Why the CLI and not GitPython
+here: GitPython drives the same CLI, and what the tool needs most (am, apply --cached/--3way,
+fast-import, read-tree into a private index) is outside its object API; one wrapper keeps the
+tool's config overrides and identity in one place. GitPython is used where it adds something:
+fetching from remotes (sources.py, provenance.py), with its error type and messages.
 """
 
 from __future__ import annotations

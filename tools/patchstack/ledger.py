@@ -8,6 +8,7 @@ from . import schema
 from .errors import ToolError
 
 LEDGER = "UPSTREAMED.toml"
+KEY = "upstreamed"  # the array of tables in the ledger
 KEYS = ("item", "upstream", "first_release", "evidence")
 
 
@@ -30,10 +31,6 @@ def problems(patches_dir: Path) -> list[str]:
     return out
 
 
-def _q(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def entry_for(result: dict, base) -> str:
     """The TOML entry to add when a patch (or part of it) is found already upstream."""
     changes = result.get("upstream_change") or []
@@ -52,13 +49,16 @@ def entry_for(result: dict, base) -> str:
     how = result.get("how") or "patch applies in reverse"
     part = "" if result["status"] == "already-upstream" else f" (part: {len(result.get('hunks_upstream') or [])} hunks)"
     evidence = f"{how}: patch {result['file']} on {base.spec or base.commit[:12]}"
-    lines = [
-        "  [[upstreamed]]",
-        f"  item = {_q((result.get('subject') or result['file']) + part)}",
-        f"  upstream = {_q(upstream)}",
-        f"  first_release = {_q(release)}" + (f"  # {checked}" if checked else
-                                                "  # the base it was seen on; not checked against older bases"),
-        f"  evidence = {_q(evidence)}",
-        f"  was = {_q(result['file'])}",
-    ]
-    return "\n".join(lines)
+    import tomlkit  # writes the entry as it will stand in the ledger, comment included
+
+    entry = tomlkit.table()
+    entry.add("item", (result.get("subject") or result["file"]) + part)
+    entry.add("upstream", upstream)
+    entry.add("first_release", release)
+    entry["first_release"].comment(checked or "the base it was seen on; not checked against older bases")
+    entry.add("evidence", evidence)
+    entry.add("was", result["file"])
+    doc = tomlkit.document()
+    doc.add(KEY, tomlkit.aot())
+    doc[KEY].append(entry)
+    return "\n".join("  " + line for line in tomlkit.dumps(doc).strip().splitlines())

@@ -198,6 +198,16 @@ def installed_matches(stamp: dict) -> bool:
         stamp["version"] is None or version == stamp["version"])
 
 
+def describe(cmd: list) -> str:
+    """What one pip step installs, in words (pip prints its own progress below it)."""
+    args = [str(c) for c in cmd[cmd.index("install") + 1:]] if "install" in map(str, cmd) else []
+    if "-e" in args:
+        return f"the tree {args[args.index('-e') + 1]}, editable (pip builds it, then installs vLLM's requirements)"
+    if "-r" in args:
+        return f"the requirements in {Path(args[args.index('-r') + 1]).name}"
+    return " ".join(Path(a).name if a.endswith(".whl") else a for a in args)
+
+
 # --- main ------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(common.show(cmd, env))
             return 0
         stamp_path().unlink(missing_ok=True)
-        for cmd, env in steps:
+        for n, (cmd, env) in enumerate(steps, start=1):
+            print(f"install step {n} of {len(steps)}: {describe(cmd)}", file=sys.stderr, flush=True)
             common.run(cmd, env)
         stamp_path().write_text(json.dumps(stamp, indent=2) + "\n")
         print(f"installed: vllm {version or ''} editable from {tree} ({route})", file=sys.stderr)

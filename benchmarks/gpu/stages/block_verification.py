@@ -25,7 +25,8 @@ def run(ctx: Context) -> dict:
     synth_json = ctx.work / "synthetic.json"
     device = ["--device", "cuda"] if _cuda() else []
     steps["synthetic"] = ctx.sh("synthetic", [
-        py, "benchmarks/block_verification/synthetic_harness.py", *device, "--trials", "4096", "--json", str(synth_json)], 35)
+        py, "benchmarks/block_verification/synthetic_harness.py", *device, "--trials", "4096",
+        "--json", str(synth_json)], 35)
     synthetic = json.loads(synth_json.read_text()) if synth_json.exists() else None
     ctx.save(steps=steps, synthetic=synthetic)
     test_dir = ctx.tree / UPSTREAM_TEST.rsplit("/", 1)[0]

@@ -14,25 +14,25 @@ UPSTREAM_TEST = "tests/v1/spec_decode/test_rejection_sampler_utils.py"
 def run(ctx: Context) -> dict:
     py = sys.executable
     steps = {}
-    steps["pytest_patched"] = ctx.sh("pytest_patched", [
-        py, "-m", "pytest", "-q", "-rfE", "--durations=5", "tests/patched/block_verification"], 50)
-    ctx.save(steps=steps)
-    bench_json = ctx.work / "bench.json"
+    bench_json = ctx.work / "bench.json"  # first: the kernel trace and the timings matter most
     steps["bench"] = ctx.sh("bench", [
-        py, "-m", "benchmarks.gpu.bench.block_verification", str(bench_json), str(ctx.base)], 70)
+        py, "-m", "benchmarks.gpu.bench.block_verification", str(bench_json), str(ctx.base)], 75)
     bench = json.loads(bench_json.read_text()) if bench_json.exists() else {}
     ctx.save(steps=steps, bench=bench)
+    steps["pytest_patched"] = ctx.sh("pytest_patched", [
+        py, "-m", "pytest", "-q", "-rfE", "--durations=5", "tests/patched/block_verification"], 40)
+    ctx.save(steps=steps)
     synth_json = ctx.work / "synthetic.json"
     device = ["--device", "cuda"] if _cuda() else []
     steps["synthetic"] = ctx.sh("synthetic", [
         py, "benchmarks/block_verification/synthetic_harness.py", *device, "--trials", "4096",
-        "--json", str(synth_json)], 35)
+        "--json", str(synth_json)], 25)
     synthetic = json.loads(synth_json.read_text()) if synth_json.exists() else None
     ctx.save(steps=steps, synthetic=synthetic)
     test_dir = ctx.tree / UPSTREAM_TEST.rsplit("/", 1)[0]
     steps["pytest_upstream"] = ctx.sh("pytest_upstream", [
         py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "8", "-rfE", "--durations=5",
-        UPSTREAM_TEST.rsplit("/", 1)[1]], 70, cwd=test_dir)
+        UPSTREAM_TEST.rsplit("/", 1)[1]], 50, cwd=test_dir)
     return {"steps": steps, "ok": all(s["rc"] == 0 for s in steps.values()) and bench.get("ok", False)}
 
 
@@ -46,7 +46,7 @@ STAGE = Stage(
     name="block-verification",
     doc=__doc__,
     run=run,
-    time_cap_s=200,
+    time_cap_s=150,
     needs=("base", "vllm-sampler-deps"),
     tree_files=(UPSTREAM_TEST,),
     imports=(

@@ -14,15 +14,16 @@ def run(ctx: Context) -> dict:
 
     py = sys.executable
     steps = {}
+    bench = "skipped: no CUDA"
+    if torch.cuda.is_available():
+        bench_json = ctx.work / "bench.json"
+        steps["bench"] = ctx.sh("bench", [py, "-m", "benchmarks.gpu.bench.dspark", str(bench_json), str(ctx.base)],
+                                30)
+        bench = json.loads(bench_json.read_text()) if bench_json.exists() else {}
+        ctx.save(steps=steps, bench=bench)
     steps["pytest_patched"] = ctx.sh("pytest_patched", [
-        py, "-m", "pytest", "-v", "-rfEs", "--durations=5", "tests/patched/dspark"], 45,
+        py, "-m", "pytest", "-v", "-rfEs", "--durations=5", "tests/patched/dspark"], 30,
         env={"DSPARK_BASE_TREE": str(ctx.base)})
-    ctx.save(steps=steps)
-    if not torch.cuda.is_available():
-        return {"steps": steps, "bench": "skipped: no CUDA", "ok": steps["pytest_patched"]["rc"] == 0}
-    bench_json = ctx.work / "bench.json"
-    steps["bench"] = ctx.sh("bench", [py, "-m", "benchmarks.gpu.bench.dspark", str(bench_json), str(ctx.base)], 40)
-    bench = json.loads(bench_json.read_text()) if bench_json.exists() else {}
     return {"steps": steps, "bench": bench, "ok": all(s["rc"] == 0 for s in steps.values())}
 
 
@@ -30,7 +31,7 @@ STAGE = Stage(
     name="dspark",
     doc=__doc__,
     run=run,
-    time_cap_s=90,
+    time_cap_s=60,
     needs=("base", "vllm-sampler-deps", "vllm-config-deps"),
     imports=(
         "vllm.v1.worker.gpu.spec_decode.dflash.speculator",

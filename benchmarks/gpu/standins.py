@@ -36,6 +36,15 @@ C_CAPABILITY_QUERIES = (
     "cutlass_group_gemm_supported",
 )
 SERVED: list[str] = []
+# Compiled vllm modules every run on that machine needs, so discovery starts with them (each
+# discovery round is a fresh import of vLLM). Found by discovery on the H200, 2026-12-03.
+KNOWN_COMPILED = {
+    # vllm.platforms.cuda imports it unguarded at load
+    "vllm._C_stable_libtorch": "imported unguarded by vllm.platforms.cuda",
+    # vllm/vllm_flash_attn/__init__.py raises ImportError unless a flash-attention extension
+    # imports; vllm.v1.worker.utils reaches it through the attention layers (dspark's modules)
+    "vllm.vllm_flash_attn._vllm_fa2_C": "vllm.vllm_flash_attn refuses to import without it",
+}
 
 
 class _AnyMeta(type):
@@ -180,7 +189,8 @@ def discover(tree: Path, modules: list[str], rounds: int = 30) -> dict:
     """Import `modules`, each round in a fresh process; every module a chain lacks becomes a
     stand-in (a compiled vllm module the tree has no source for, or a third-party package)
     and the imports are retried, until they import or fail for another reason."""
-    compiled, packages = _env_set("GPU_STANDIN_COMPILED"), _env_set("GPU_STANDIN_PACKAGES")
+    compiled = _env_set("GPU_STANDIN_COMPILED") | {m for m in KNOWN_COMPILED if not _has_source(tree, m)}
+    packages = _env_set("GPU_STANDIN_PACKAGES")
     failure: dict = {}
     for _ in range(rounds):
         env = {**os.environ, "GPU_STANDIN_COMPILED": ",".join(sorted(compiled)),
@@ -194,6 +204,8 @@ def discover(tree: Path, modules: list[str], rounds: int = 30) -> dict:
             break
         missing = failure.get("missing") or ""
         top = missing.split(".")[0]
+        if not failure:
+            break
         if missing.startswith("vllm.") and not _has_source(tree, missing) and missing not in compiled:
             compiled.add(missing)
         elif top and top not in NEVER and top not in packages:

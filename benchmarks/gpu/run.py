@@ -144,8 +144,9 @@ def run_stages(args) -> int:
         summary["setup_error"] = "".join(traceback.format_exception(e))[-3000:]
         log(f"setup failed: {e}")
         stages = []
+    caps = dict(item.split("=") for item in args.cap)
     for stage in stages:
-        cap = min(stage.time_cap_s, deadline - time.time() - 15)
+        cap = min(float(caps.get(stage.name, stage.time_cap_s)), deadline - time.time() - 15)
         if cap < 10:
             summary["stages"][stage.name] = {"status": "not run: budget spent"}
             log(f"{stage.name}: not run, budget spent")
@@ -212,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))
     ap.add_argument("--stages", default=None, help="comma-separated (default: the pack's stages)")
     ap.add_argument("--budget-s", type=float, default=570, help="wall-clock budget for the whole run")
+    ap.add_argument("--cap", action="append", default=[], metavar="STAGE=SECONDS",
+                    help="this run's cap for a stage instead of its time_cap_s (repeatable)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-harness"))
     ap.add_argument("--tail", type=int, default=12, help="lines of each stage's log to print")
     return run_stages(ap.parse_args(argv))

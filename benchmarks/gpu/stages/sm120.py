@@ -3,9 +3,9 @@
 vLLM's compiled ops allows. This is an SM90 machine: it validates the tool and vLLM's Triton
 block-FP8 path, nothing on SM120.
 
-  direct  vLLM's Triton block-FP8 GEMM called directly, E8M0 and fp32 weight scales
-  C       the tool with an injected wrong backend, which must come out WRONG (exit 1)
   B       the tool with Marlin and Humming disabled, full default set (exit 0)
+  C       the tool with an injected wrong backend, which must come out WRONG (exit 1)
+  direct  vLLM's Triton block-FP8 GEMM called directly, E8M0 and fp32 weight scales
   A       the tool, default environment, --quick (vLLM picks Marlin here, which this build
           lacks: exit 1 is the right verdict, recorded, not required)
 """
@@ -44,12 +44,12 @@ def run(ctx: Context) -> dict:
         return {"ok": True, "skipped": "no CUDA: the self-check's CPU side is tests/tool/test_selfcheck_fp8.py"}
     py = sys.executable
     w = ctx.work
-    runs = {  # (argv, environment, expected exit code or None, cap in seconds); A last: its verdict is known
-        "direct": ([py, "-m", BENCH, "--direct", str(w / "direct.json")], {}, 0, 30),
-        "C_inject_wrong": ([py, "-m", BENCH, "--inject-wrong", "--quick", "--m", "64", "--scales", "e8m0",
-                            "--json", str(w / "C_inject_wrong.json")], {}, 1, 25),
+    runs = {  # (argv, env, expected exit code or None, cap s), most telling first; A's verdict is known
         "B_full": ([py, "-m", BENCH, "--json", str(w / "B_full.json")],
                    {"VLLM_DISABLED_KERNELS": "MarlinFP8ScaledMMLinearKernel,HummingFP8ScaledMMLinearKernel"}, 0, 45),
+        "C_inject_wrong": ([py, "-m", BENCH, "--inject-wrong", "--quick", "--m", "64", "--scales", "e8m0",
+                            "--json", str(w / "C_inject_wrong.json")], {}, 1, 25),
+        "direct": ([py, "-m", BENCH, "--direct", str(w / "direct.json")], {}, 0, 30),
         "A_default_quick": ([py, "-m", BENCH, "--quick", "--json", str(w / "A_default_quick.json")], {}, None, 25),
     }
     steps, reports = {}, {}

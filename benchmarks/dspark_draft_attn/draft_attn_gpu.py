@@ -247,14 +247,14 @@ def compare(out: torch.Tensor, ref: torch.Tensor, lens: torch.Tensor) -> dict[st
     return res
 
 
-def check_case(r: int, h: int, n: int, seed: int, **kw: Any) -> dict[str, Any]:
+def check_case(r: int, h: int, n: int, seed: int, capability=None, **kw: Any) -> dict[str, Any]:
     b = make_batch(r, h, n, seed, **kw)
     out = torch.full_like(b.q, float("nan"))
-    run_kernel(b, out)
+    run_kernel(b, out, capability)
     out2 = torch.full_like(b.q, 7.0)
-    run_kernel(b, out2)
+    run_kernel(b, out2, capability)
     torch.cuda.synchronize()
-    res = dict(R=r, H=h, N=n, seed=seed, idx_src=b.idx_src, **kw)
+    res = dict(R=r, H=h, N=n, seed=seed, idx_src=b.idx_src, tile_config_of=capability or "this GPU", **kw)
     res.update(compare(out, reference(b), b.lens))
     res["bitwise_repeatable"] = bool(torch.equal(out.view(torch.int16), out2.view(torch.int16)))
     res["ok"] = res["ok"] and res["bitwise_repeatable"]
@@ -314,6 +314,15 @@ def correctness_matrix(quick: bool = False) -> dict[str, Any]:
                 cases.append(check_case(8, h, 5, seed, sink_kind=kind))
             except Exception:  # noqa: BLE001
                 cases.append(dict(R=8, H=h, N=5, sink_kind=kind, ok=False, error=traceback.format_exc()[-1500:]))
+    if torch.cuda.get_device_capability(0)[0] != 12:
+        # the SM12x tile configuration, run here: proves its semantics, not its speed
+        for r, h, n in ((1, 64, 5), (64, 16, 5), (256, 8, 7), (8, 32, 7)):
+            seed += 1
+            try:
+                cases.append(check_case(r, h, n, seed, capability=(12, 0)))
+            except Exception:  # noqa: BLE001
+                cases.append(dict(R=r, H=h, N=n, tile_config_of=(12, 0), ok=False,
+                                  error=traceback.format_exc()[-1500:]))
     graphs = []
     for r, h, n in ((8, 16, 5), (64, 64, 7)):
         try:
@@ -417,6 +426,10 @@ def benchmark(quick: bool = False) -> dict[str, Any]:
             ]
             outs = [torch.empty_like(x.q) for x in layers]
             row["tilelang_graph_1layer_us"] = graph_us([lambda: run_kernel(b, out)])
+            if torch.cuda.get_device_capability(0)[0] != 12:
+                alt = lambda b=b, out=out: run_kernel(b, out, (12, 0))  # noqa: E731
+                alt()
+                row["tilelang_sm12x_tiles_cold_us"] = cold(alt)
             row["tilelang_step_3layers_graph_us"] = graph_us(
                 [lambda x=x, o=o: run_kernel(x, o) for x, o in zip(layers, outs)]
             )

@@ -8,6 +8,9 @@ W=/tmp/ddaw
 mkdir -p "$OUT" "$W/tree" "$W/site" "$W/tl" "$W/boot"
 tar xzf "$K/tree.tar.gz" -C "$W/tree"
 tar xJf "$K/tilelang-site.tar.xz" -C "$W/tl"
+# Kit only: the package __init__ imports the whole DSV4 model, i.e. compiled ops the
+# machine lacks; the kernel modules below it need none of that.
+: > "$W/tree/vllm/models/deepseek_v4/__init__.py"
 python3 -m pip install -q --no-index --no-deps --target "$W/site" "$K"/wheels/*.whl > "$OUT/pip.log" 2>&1
 mkdir -p "$W/site/vllm-0.34.0.dist-info"
 printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.34.0\n' > "$W/site/vllm-0.34.0.dist-info/METADATA"

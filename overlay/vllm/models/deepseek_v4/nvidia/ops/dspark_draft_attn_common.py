@@ -38,11 +38,13 @@ def padded_rows(num_queries: int, heads_per_cta: int) -> int:
 
 
 def smem_bytes(num_queries: int, heads_per_cta: int, block_kv: int) -> int:
-    """Shared memory the kernel allocates: Q, one bf16 KV tile, P, slots, lens."""
+    """Shared memory the kernel allocates: Q, a bf16 KV tile, its raw fp8 bytes
+    and scale bytes, P, slots, lens."""
     m = padded_rows(num_queries, heads_per_cta)
     return (
         2 * m * HEAD_DIM
         + 2 * block_kv * HEAD_DIM
+        + block_kv * (NOPE_DIM + SCALE_BYTES_PER_TOKEN)
         + 2 * m * block_kv
         + 4 * (block_kv + m)
     )

@@ -96,6 +96,8 @@ def dspark_draft_attn_tilelang(
         k_s = T.alloc_shared([block_kv, HEAD_DIM], T.bfloat16)
         p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
         slot_s = T.alloc_shared([block_kv], T.int32)
+        fp8_s = T.alloc_shared([block_kv, NOPE_DIM], T.float8_e4m3fn)
+        scale_s = T.alloc_shared([block_kv, SCALE_BYTES_PER_TOKEN], T.uint8)
         len_s = T.alloc_shared([m_pad], T.int32)
 
         acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
@@ -142,36 +144,43 @@ def dspark_draft_attn_tilelang(
                     indices[rid, src_row, T.min(t * block_kv + j, width - 1)],
                     -1,
                 )
-            # Dequantise the tile once for every row of the CTA. Dead slots
-            # become zeros so 0 * garbage can never produce NaN in P @ V.
+            # Gather the tile's raw bytes with plain copies (no dependence
+            # between them, so all loads are in flight at once), then
+            # dequantise in shared memory, once for every row of the CTA.
             for j, d in T.Parallel(block_kv, NOPE_DIM):
-                slot = slot_s[j]
-                live_slot = T.max(slot, 0)
-                blk = live_slot // block_size
-                off = live_slot % block_size
-                sbyte = kv_u8[
-                    blk, scale_off + off * SCALE_BYTES_PER_TOKEN + d // QUANT_BLOCK
+                live_slot = T.max(slot_s[j], 0)
+                fp8_s[j, d] = kv_fp8[
+                    live_slot // block_size,
+                    (live_slot % block_size) * TOKEN_DATA_BYTES + d,
                 ]
+            for j, c in T.Parallel(block_kv, SCALE_BYTES_PER_TOKEN):
+                live_slot = T.max(slot_s[j], 0)
+                scale_s[j, c] = kv_u8[
+                    live_slot // block_size,
+                    scale_off + (live_slot % block_size) * SCALE_BYTES_PER_TOKEN + c,
+                ]
+            for j, d in T.Parallel(block_kv, ROPE_DIM):
+                live_slot = T.max(slot_s[j], 0)
+                k_s[j, NOPE_DIM + d] = kv_bf16[
+                    live_slot // block_size,
+                    (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
+                ]
+            # Dead slots become zeros so 0 * garbage cannot give NaN in P @ V.
+            for j, d in T.Parallel(block_kv, NOPE_DIM):
                 k_s[j, d] = T.if_then_else(
-                    slot >= 0,
+                    slot_s[j] >= 0,
                     T.cast(
-                        T.cast(kv_fp8[blk, off * TOKEN_DATA_BYTES + d], T.float32)
-                        * T.exp2(T.cast(sbyte, T.float32) - 127.0),
+                        T.cast(fp8_s[j, d], T.float32)
+                        * T.exp2(
+                            T.cast(scale_s[j, d // QUANT_BLOCK], T.float32) - 127.0
+                        ),
                         T.bfloat16,
                     ),
                     T.cast(0, T.bfloat16),
                 )
             for j, d in T.Parallel(block_kv, ROPE_DIM):
-                slot = slot_s[j]
-                live_slot = T.max(slot, 0)
-                k_s[j, NOPE_DIM + d] = T.if_then_else(
-                    slot >= 0,
-                    kv_bf16[
-                        live_slot // block_size,
-                        (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
-                    ],
-                    T.cast(0, T.bfloat16),
-                )
+                if slot_s[j] < 0:
+                    k_s[j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
 
             for m, j in T.Parallel(m_pad, block_kv):
                 acc_s[m, j] = T.if_then_else(

@@ -8,38 +8,50 @@
      block        block mode without the skip (host decision unavailable:
                   idx_mapping_np=None, i.e. what vLLM 0.34.0 runs)
      block_skip   block mode with patch 0001 (idx_mapping_np given, all greedy)
-   and rejection_sample called directly with use_block_verification False/True.
-   Goal: block_skip within 2 % of standard. Also checks that block_skip emits
-   exactly what block emits (valid prefixes).
+   Kernel trace (torch.profiler): block_skip must launch exactly the kernels
+   standard launches, block those plus the prep kernels. Timing: interleaved
+   rounds with a second copy of standard as the A-vs-A control. Goal: block_skip
+   within 2 % of standard. Also checks that all variants emit the same tokens.
 2. Temperature 1, the acceptance draw: rejection_sample with use_fp64=True from
    the patched module against the same call into vLLM 0.34.0's
-   rejection_sampler_utils.py (loaded from BASE_RSU as a separate module), and
-   the fp32 path of both (must be bit-identical). Goal: patched fp64 within 2 %
-   of unpatched fp64.
+   rejection_sampler_utils.py (loaded from the base tree as a separate module),
+   and the fp32 path of both (must be bit-identical). Goal: patched fp64 within
+   2 % of unpatched fp64.
 
-Timing: CUDA events around 200 back-to-back calls, median of 5 repetitions,
-variants interleaved. Usage: python gpu_bench.py OUT.json BASE_RSU.py
+Usage: python -m benchmarks.gpu.bench.block_verification OUT.json BASE_TREE
+Exit 1 when a check fails (kernel trace, identical outputs).
 """
 
 import importlib.util
 import json
+import os
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
+
+if not torch.cuda.is_available():  # dry run under the Triton interpreter (tests/patched/conftest.py)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 from vllm.v1.worker.gpu.sample.states import SamplingStates
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils as rsu
 from vllm.v1.worker.gpu.spec_decode.draft_logits import DraftLogitsCache
 from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
 
+from benchmarks.gpu import timing, trace
+
 K, V = 5, 129_280
 BATCHES_T0 = (1, 4, 16, 64, 128, 256)
 BATCHES_T1 = (1, 8, 64, 256)
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
+TRACE_BATCHES = (1, 64)
+PREP_KERNELS = ("_compute_cumulative_log_p_kernel", "_compute_local_residual_mass_kernel")
+RSU = "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
 if DEV == "cpu":  # dry run of the script under the Triton interpreter
-    V, BATCHES_T0, BATCHES_T1 = 64, (1, 3), (2,)
+    V, BATCHES_T0, BATCHES_T1, TRACE_BATCHES = 64, (1, 3), (2,), ()
 
 
 def inputs(B: int, temp: float, dev: str = DEV) -> dict:
@@ -116,32 +128,6 @@ def verify_fn(kw: dict, rs: RejectionSampler, idx_mapping_np):
     return fn
 
 
-def timeit(fns: dict, n: int = 200, reps: int = 5) -> dict:
-    """Median us per call of each fn; the variants are interleaved."""
-    if DEV == "cpu":
-        n, reps = 1, 1
-    for fn in fns.values():
-        for _ in range(20 if DEV == "cuda" else 1):
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            if DEV == "cpu":
-                t = time.perf_counter()
-                fn()
-                times[name].append((time.perf_counter() - t) * 1e6)
-                continue
-            start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-            torch.cuda.synchronize()
-            start.record()
-            for _ in range(n):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            times[name].append(start.elapsed_time(end) / n * 1000)
-    return {name: round(float(np.median(ts)), 2) for name, ts in times.items()}
-
-
 def valid(out) -> list[list[int]]:
     sampled, num_sampled = out
     return [sampled[r, :n].tolist() for r, n in enumerate(num_sampled.tolist())]
@@ -154,18 +140,49 @@ def load_base_rsu(path: str):
     return module
 
 
+def kernel_trace(B: int) -> dict:
+    """The kernels of one sampler step per variant, and the claim checked on them."""
+    kw = inputs(B, 0.0)
+    arange_np = np.arange(B)
+    seqs = {
+        "standard": trace.kernels(verify_fn(kw, rejection_sampler(kw, False), arange_np)),
+        "block": trace.kernels(verify_fn(kw, rejection_sampler(kw, True), None)),
+        "block_skip": trace.kernels(verify_fn(kw, rejection_sampler(kw, True), arange_np)),
+    }
+    extra = trace.diff(seqs["block"], seqs["standard"])
+    checks = {
+        "block_skip_launches_exactly_standard": seqs["block_skip"] == seqs["standard"],
+        "block_launches_all_of_standard": not extra["only_second"],
+        "block_adds_the_prep_kernels": all(any(p in k for k in extra["only_first"]) for p in PREP_KERNELS),
+    }
+    return dict(B=B, kernels=seqs, block_extra=extra["only_first"],
+                block_extra_not_prep=[k for k in extra["only_first"] if not any(p in k for p in PREP_KERNELS)],
+                checks=checks, ok=all(checks.values()))
+
+
 def main() -> int:
-    out_path, base_path = sys.argv[1], sys.argv[2]
-    base = load_base_rsu(base_path)
+    out_path, base_tree = sys.argv[1], Path(sys.argv[2])
+    base = load_base_rsu(str(base_tree / RSU))
     result = dict(
         device=torch.cuda.get_device_name() if DEV == "cuda" else "cpu (dry run)",
         torch=torch.__version__,
         vocab=V,
         draft_tokens=K,
+        trace=[],
         greedy=[],
         fp64=[],
     )
+
+    def save():
+        with open(out_path, "w") as f:
+            json.dump(result, f, indent=1)
+
     t0 = time.time()
+    for B in TRACE_BATCHES:
+        row = kernel_trace(B)
+        result["trace"].append(row)
+        print(json.dumps({k: row[k] for k in ("B", "block_extra", "checks")}), flush=True)
+        save()
     for B in BATCHES_T0:
         kw = inputs(B, 0.0)
         arange_np = np.arange(B)
@@ -173,29 +190,22 @@ def main() -> int:
             "standard": verify_fn(kw, rejection_sampler(kw, False), arange_np),
             "block": verify_fn(kw, rejection_sampler(kw, True), None),
             "block_skip": verify_fn(kw, rejection_sampler(kw, True), arange_np),
-            "direct_standard": lambda kw=kw: rsu.rejection_sample(
-                **kw, use_block_verification=False
-            ),
-            "direct_block": lambda kw=kw: rsu.rejection_sample(
-                **kw, use_block_verification=True
-            ),
         }
         outs = {name: valid(fn()) for name, fn in fns.items()}
-        us = timeit(fns)
+        t = timing.compare(fns, control="standard")
         row = dict(
             B=B,
-            us=us,
-            block_over_standard=round(us["block"] / us["standard"], 3),
-            block_skip_over_standard=round(us["block_skip"] / us["standard"], 3),
-            direct_block_over_standard=round(
-                us["direct_block"] / us["direct_standard"], 3
-            ),
-            block_skip_identical_to_block=outs["block_skip"] == outs["block"],
+            us=t["variants"],
+            timing={k: t[k] for k in ("mode", "rounds", "inner")},
+            block_over_standard=timing.ratio(t, "block", "standard"),
+            block_skip_over_standard=timing.ratio(t, "block_skip", "standard"),
             all_modes_identical=all(o == outs["block"] for o in outs.values()),
             mean_accepted=float(np.mean([len(o) - 1 for o in outs["block"]])),
         )
         result["greedy"].append(row)
-        print(json.dumps(row), flush=True)
+        print(json.dumps({k: row[k] for k in ("B", "block_over_standard", "block_skip_over_standard",
+                                              "all_modes_identical")}), flush=True)
+        save()
 
     for B in BATCHES_T1:
         kw = inputs(B, 1.0)
@@ -213,30 +223,33 @@ def main() -> int:
             }
             outs = {name: valid(fn()) for name, fn in fns.items()}
             again = valid(fns["patched_fp64"]())
-            us = timeit(fns)
+            t = timing.compare(fns, control="base_fp64")
             lengths = {n: [len(x) for x in o] for n, o in outs.items()}
             row = dict(
                 B=B,
                 block=block,
-                us=us,
-                patched_fp64_over_base_fp64=round(
-                    us["patched_fp64"] / us["base_fp64"], 3
-                ),
-                patched_fp32_over_base_fp32=round(
-                    us["patched_fp32"] / us["base_fp32"], 3
-                ),
-                fp64_over_fp32=round(us["patched_fp64"] / us["patched_fp32"], 3),
+                us=t["variants"],
+                timing={k: t[k] for k in ("mode", "rounds", "inner")},
+                patched_fp64_over_base_fp64=timing.ratio(t, "patched_fp64", "base_fp64"),
+                patched_fp32_over_base_fp32=timing.ratio(t, "patched_fp32", "base_fp32"),
+                fp64_over_fp32=timing.ratio(t, "patched_fp64", "patched_fp32"),
                 fp32_bit_identical_to_base=outs["patched_fp32"] == outs["base_fp32"],
                 fp64_deterministic=again == outs["patched_fp64"],
                 fp64_lengths_equal_fp32=lengths["patched_fp64"]
                 == lengths["patched_fp32"],
             )
             result["fp64"].append(row)
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: row[k] for k in ("B", "block", "patched_fp64_over_base_fp64",
+                                                  "fp32_bit_identical_to_base")}), flush=True)
+            save()
     result["seconds"] = round(time.time() - t0, 1)
-    with open(out_path, "w") as f:
-        json.dump(result, f, indent=1)
-    return 0
+    checks = [r["ok"] for r in result["trace"]]
+    checks += [r["all_modes_identical"] for r in result["greedy"]]
+    checks += [r["fp32_bit_identical_to_base"] and r["fp64_deterministic"] and r["fp64_lengths_equal_fp32"]
+               for r in result["fp64"]]
+    result["ok"] = all(checks) and (DEV == "cpu" or bool(result["trace"]))
+    save()
+    return 0 if result["ok"] else 1
 
 
 if __name__ == "__main__":

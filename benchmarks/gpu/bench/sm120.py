@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Run ci/selfcheck_fp8.py on the H200 of this workplace (vLLM's Python package,
-no compiled ops), plus two checks the tool itself does not make:
+"""Run ci/selfcheck_fp8.py on a machine with vLLM's Python package and no compiled ops
+(the sm120 stage; _C capability queries come from benchmarks/gpu/standins.py), plus two
+checks the tool itself does not make:
 
 - ``--direct``: vLLM's Triton block-FP8 GEMM called directly
   (fp8_utils.w8a8_triton_block_scaled_mm) with E8M0 and with fp32 weight
@@ -9,7 +10,7 @@ no compiled ops), plus two checks the tool itself does not make:
 - ``--inject-wrong``: the tool's report with one extra backend that is vLLM's
   Triton kernel fed one wrong 128x128 block scale, which must come out WRONG.
 
-Usage (see run.sh): python h200_run.py [selfcheck args] [--direct OUT.json]
+Usage: python -m benchmarks.gpu.bench.sm120 [selfcheck args] [--direct OUT.json]
 [--inject-wrong]
 """
 
@@ -19,12 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
-sys.path.insert(0, str(HERE))
-
-import h200_prelude  # noqa: F401  (capability-query stand-ins)
 import torch
+
+ROOT = Path(__file__).resolve().parents[3]
 
 spec = importlib.util.spec_from_file_location(
     "selfcheck_fp8", ROOT / "ci" / "selfcheck_fp8.py"

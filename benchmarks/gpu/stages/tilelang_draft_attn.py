@@ -43,7 +43,8 @@ STAGE = Stage(
     doc=__doc__,
     run=run,
     time_cap_s=420,
-    needs=("tilelang", "vllm-sampler-deps", "vllm-config-deps"),
+    # not vllm-config-deps: its apache-tvm-ffi wheel would clash with the one tilelang brings
+    needs=("tilelang", "vllm-sampler-deps"),
     imports=(
         "vllm.v1.attention.backends.mla.sparse_swa",
         "vllm.v1.attention.ops.rocm_aiter_mla_sparse",

@@ -27,12 +27,12 @@ def run(ctx: Context) -> dict:
         steps["check_and_bench"] = ctx.sh(
             "check_and_bench",
             [py, "-m", "benchmarks.dspark_draft_attn.draft_attn_gpu", "all", "--json", str(out)],
-            ctx.left() - 40,
+            ctx.left() - 30,
         )
         result = json.loads(out.read_text()) if out.exists() else {}
         ctx.save(steps=steps, draft_attn=result)
     steps["pytest_patched"] = ctx.sh(
-        "pytest_patched", [py, "-m", "pytest", "-v", "-rfEs", "--durations=5", "tests/patched/tilelang"], 35
+        "pytest_patched", [py, "-m", "pytest", "-v", "-rfEs", "--durations=5", "tests/patched/tilelang"], 28
     )
     ok = all(s["rc"] == 0 for s in steps.values()) and bool(result.get("correctness", {}).get("ok"))
     return {"steps": steps, "draft_attn": result, "ok": ok}

@@ -334,7 +334,7 @@ def check_graph(r: int, h: int, n: int, seed: int) -> dict[str, Any]:
     return res
 
 
-def correctness_matrix(quick: bool = False) -> dict[str, Any]:
+def correctness_matrix(quick: bool = False, on_case=None) -> dict[str, Any]:
     cases: list[dict[str, Any]] = []
     rs = (1, 2, 8, 64) if quick else (1, 2, 8, 64, 256, 512)
     hs = (64, 8) if quick else (64, 32, 16, 8)
@@ -343,6 +343,8 @@ def correctness_matrix(quick: bool = False) -> dict[str, Any]:
         for h in hs:
             for r in rs:
                 seed += 1
+                if on_case is not None:
+                    on_case(cases)
                 try:
                     cases.append(check_case(r, h, n, seed))
                 except Exception:  # noqa: BLE001 - a crash is a failed case
@@ -550,7 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     rc = 0
     if a.what in ("check", "all"):
         t0 = time.time()
-        rep["correctness"] = cm = correctness_matrix(a.quick)
+        rep["correctness"] = cm = correctness_matrix(
+            a.quick, on_case=lambda cases: (rep.update(correctness=dict(ok=False, partial=True, cases=cases)), save())
+        )
         cm["seconds"] = round(time.time() - t0, 1)
         print(
             f"correctness: {'PASS' if cm['ok'] else 'FAIL'} "

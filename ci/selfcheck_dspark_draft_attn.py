@@ -31,7 +31,6 @@ def main() -> int:
     try:
         import tilelang  # noqa: F401
         import torch
-
         from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_common  # noqa: F401
     except ImportError as e:
         print(f"cannot check: {e}", file=sys.stderr)

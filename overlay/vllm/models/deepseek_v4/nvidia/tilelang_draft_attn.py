@@ -74,7 +74,6 @@ class DeepseekV4TileLangDraftAttention(DeepseekV4FlashMLAAttention):
             _DSPARK_DRAFT_ATTN_TILELANG_KERNEL,
             fp8_ds_mla_page_bytes,
         )
-
         from vllm.platforms import current_platform
         from vllm.v1.attention.backends.mla.compressor_utils import (
             get_dspark_num_query_tokens,

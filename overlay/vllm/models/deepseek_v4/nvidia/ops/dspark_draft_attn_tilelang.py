@@ -21,6 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
+    TileLangLaunchSpec,
+    VllmTileLangJitKernel,
+    kernel_launcher,
+    make_tilelang_warmup_tensor,
+)
 from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     _NEG_LARGE,
     HEAD_DIM,
@@ -33,13 +40,6 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     dspark_index_width,
     padded_rows,
     select_tile_config,
-)
-
-from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
-    TileLangLaunchSpec,
-    VllmTileLangJitKernel,
-    kernel_launcher,
-    make_tilelang_warmup_tensor,
 )
 from vllm.tilelang_utils import T, tilelang_jit
 

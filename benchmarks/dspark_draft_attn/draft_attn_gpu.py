@@ -1,0 +1,586 @@
+# SPDX-License-Identifier: Apache-2.0
+"""DSpark draft attention on a GPU: correctness matrix and benchmark of the TileLang kernel.
+
+Needs CUDA, torch, Triton, tilelang and the patched vLLM tree importable (its compiled ops
+are not needed). Batches are built like the DSpark draft builds them: paged fp8_ds_mla SWA
+cache (block 64, page 37,440 B), random non-contiguous block tables, indices and lengths
+from upstream's own DSpark index kernel (`_COMPUTE_DSPARK_NONCAUSAL_SWA_INDICES_KERNEL`).
+
+    python benchmarks/dspark_draft_attn/draft_attn_gpu.py check --json out.json
+    python benchmarks/dspark_draft_attn/draft_attn_gpu.py bench --json out.json
+    python benchmarks/dspark_draft_attn/draft_attn_gpu.py all --json out.json [--quick]
+
+`check` exits 1 on any wrong result. Used by ci/selfcheck_dspark_draft_attn.py (SM120
+operators) and by the GPU harness stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def import_without_model_package() -> None:
+    """GPU machines without vLLM's compiled ops (the lent H200): vllm.models.deepseek_v4's
+    __init__ imports the whole DSV4 model and fails there; the kernel modules below it need
+    none of that, so register the package as a bare namespace instead. No-op where it imports."""
+    try:
+        import vllm.models.deepseek_v4  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - any import-time failure of the model package
+        import importlib.util
+        import os
+        import types
+
+        models = importlib.util.find_spec("vllm.models")
+        pkg = types.ModuleType("vllm.models.deepseek_v4")
+        pkg.__path__ = [os.path.join(list(models.submodule_search_locations)[0], "deepseek_v4")]
+        sys.modules["vllm.models.deepseek_v4"] = pkg
+        print(f"vllm.models.deepseek_v4 bare ({type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
+
+
+import_without_model_package()
+from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_common as dc  # noqa: E402
+
+if torch.cuda.is_available():
+    from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_tilelang as dk
+else:
+    dk = None  # no kernel without CUDA; a CPU dry run of the plumbing sets a stand-in
+
+NOPE, ROPE, D = dc.NOPE_DIM, dc.ROPE_DIM, dc.HEAD_DIM
+BS = 64
+PAGE = dc.fp8_ds_mla_page_bytes(BS)  # 37,440
+WINDOW = 128
+SCALE = D**-0.5
+ATOL, RTOL_OF_MAX = 1e-2, 1e-2
+HBM_BYTES_PER_S = 4.3e12
+# CPU only for a dry run of the script's plumbing (tests/patched/tilelang): no kernel runs there.
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # H200 byte floor used by the design brief
+
+
+def sync() -> None:
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def width_for(n: int) -> int:
+    return -(-(WINDOW + n) // 64) * 64  # 192 for N <= 64
+
+
+@dataclass
+class Batch:
+    pool: torch.Tensor  # [num_blocks, PAGE] uint8
+    q: torch.Tensor  # [T, H, 512] bf16
+    sink: torch.Tensor  # [H] fp32
+    idx: torch.Tensor  # [T, 1, width] int32
+    lens: torch.Tensor  # [T] int32
+    qsl: torch.Tensor
+    seq_lens: torch.Tensor
+    t2r: torch.Tensor
+    valid: torch.Tensor
+    block_table: torch.Tensor
+    n: int
+    width: int
+    uniq_slots: int
+    idx_src: str
+
+
+def pack_rows(pool: torch.Tensor, k: torch.Tensor, slots: torch.Tensor) -> None:
+    """fp8_ds_mla writer in torch (same quantisation as upstream's CPU test packer)."""
+    flat = pool.view(-1)
+    n = k.shape[0]
+    nope = k.float()[:, :NOPE].view(n, 7, 64)
+    ex = torch.ceil(torch.log2(nope.abs().amax(-1).clamp(min=1e-4) / 448.0))
+    q8 = (nope * torch.exp2(-ex)[..., None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+    blk, off = slots // BS, slots % BS
+    base = blk * PAGE + off * 576
+    ar = torch.arange(NOPE, device=k.device)
+    flat[base[:, None] + ar] = q8.view(n, NOPE).view(torch.uint8)
+    flat[base[:, None] + NOPE + torch.arange(128, device=k.device)] = k[:, NOPE:].contiguous().view(torch.uint8)
+    sb = blk * PAGE + BS * 576 + off * 8
+    sc = torch.cat([(ex + 127).clamp(0, 255), torch.zeros(n, 1, device=k.device)], 1)
+    flat[sb[:, None] + torch.arange(8, device=k.device)] = sc.to(torch.uint8)
+
+
+def build_indices(b: dict[str, Any], n: int, width: int) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """Upstream's DSpark non-causal SWA index kernel (falls back to torch, reported)."""
+    T = b["qsl"].numel() - 1
+    T = int(b["qsl"][-1])
+    idx = torch.full((T, 1, width), -7, dtype=torch.int32, device=DEV)
+    lens = torch.full((T,), -7, dtype=torch.int32, device=DEV)
+    try:
+        from vllm.v1.attention.backends.mla.sparse_swa import (
+            _COMPUTE_DSPARK_NONCAUSAL_SWA_INDICES_KERNEL as K,
+        )
+
+        K(
+            idx,
+            lens,
+            WINDOW,
+            width,
+            b["qsl"],
+            b["seq_lens"],
+            b["t2r"],
+            b["valid"],
+            b["block_table"],
+            BS,
+            num_tokens=T,
+            token_offset=0,
+        )
+        return idx, lens, "vllm_triton"
+    except Exception as e:  # noqa: BLE001 - reported, torch fallback below
+        print(f"index kernel unavailable ({type(e).__name__}: {e}); torch indices", file=sys.stderr)
+    qsl, seq, bt = b["qsl"].cpu(), b["seq_lens"].cpu(), b["block_table"].cpu()
+    valid = b["valid"].cpu()
+    idx.fill_(-1)
+    lens.zero_()
+    for r in range(qsl.numel() - 1):
+        lo_t, hi_t = int(qsl[r]), int(qsl[r + 1])
+        if not bool(valid[lo_t]):
+            continue
+        s = int(seq[r])
+        lo = max(s - (hi_t - lo_t) - WINDOW, 0)
+        p = torch.arange(lo, s)
+        row = (bt[r, p // BS].long() * BS + p % BS).int().to(DEV)
+        idx[lo_t:hi_t, 0, : s - lo] = row
+        lens[lo_t:hi_t] = s - lo
+    return idx, lens, "torch"
+
+
+def make_batch(
+    r: int,
+    h: int,
+    n: int,
+    seed: int,
+    *,
+    sink_kind: str = "mixed",
+    short_ctx: bool = True,
+    padding: bool = True,
+    clamp: bool = True,
+    fp8_specials: bool = True,
+    max_model_len: int = 8192,
+) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    width = width_for(n)
+    ctx = torch.randint(1, max_model_len - n, (r,), generator=g)
+    if short_ctx:  # contexts shorter than the window, and windows around block edges
+        k = max(1, r // 4)
+        ctx[:k] = torch.randint(1, WINDOW, (k,), generator=g)
+        ctx[k : 2 * k] = BS * torch.randint(2, 20, (len(ctx[k : 2 * k]),), generator=g) + (
+            torch.randint(-n, n, (len(ctx[k : 2 * k]),), generator=g)
+        )
+    seq = ctx + n
+    if clamp:  # seq_len clamped at max_model_len for one request
+        seq[-1] = max_model_len
+        ctx[-1] = max_model_len - 2
+        seq = torch.minimum(ctx + n, torch.full_like(ctx, max_model_len))
+    maxb = int((int(seq.max()) + BS - 1) // BS)
+    nblk = r * 5 + 8
+    perm = torch.randperm(nblk - 1, generator=g) + 1  # block 0 stays unused
+    bt = torch.zeros(r, maxb, dtype=torch.int32)
+    slots, used, uniq = [], 0, 0
+    for i in range(r):
+        s = int(seq[i])
+        lo = max(s - n - WINDOW, 0)
+        for blk in range(lo // BS, (s - 1) // BS + 1):
+            bt[i, blk] = perm[used]
+            used += 1
+        p = torch.arange(lo, s)
+        slots.append(bt[i, p // BS].long() * BS + p % BS)
+        uniq += s - lo
+    slots_t = torch.cat(slots).to(DEV)
+    pool = torch.zeros(nblk, PAGE, dtype=torch.uint8, device=DEV)
+    kv = torch.randn(slots_t.numel(), D, generator=g).to(DEV, torch.bfloat16)
+    if r >= 2:  # a "future-dominant" last block token: large key
+        kv[-1] *= 8
+    pack_rows(pool, kv, slots_t)
+    if fp8_specials:  # e4m3 zeros and subnormals (exponent field 0) in some rows
+        flat = pool.view(-1)
+        pick = slots_t[torch.randperm(slots_t.numel(), generator=g)[: max(1, slots_t.numel() // 10)].to(DEV)]
+        base = (pick // BS) * PAGE + (pick % BS) * 576
+        codes = torch.tensor([0x00, 0x80, 0x01, 0x07, 0x81, 0x87, 0x04, 0x85], dtype=torch.uint8, device=DEV)
+        cols = torch.arange(0, NOPE, 3, device=DEV)
+        flat[base[:, None] + cols] = codes[cols % 8]
+    T = r * n
+    valid = torch.ones(T, dtype=torch.bool)
+    if padding and r >= 2:  # padded (cudagraph) requests at the end
+        valid[T - n * max(1, r // 8) :] = False
+    b = dict(
+        qsl=(torch.arange(r + 1) * n).int().to(DEV),
+        seq_lens=seq.int().to(DEV),
+        t2r=torch.arange(r).repeat_interleave(n).int().to(DEV),
+        valid=valid.to(DEV),
+        block_table=bt.to(DEV),
+    )
+    idx, lens, src = build_indices(b, n, width)
+    q = torch.randn(T, h, D, generator=g).to(DEV, torch.bfloat16)
+    sink = torch.randn(h, generator=g)
+    if sink_kind == "mixed":
+        sink[0::4] = 12.0
+        sink[1::4] = -12.0
+        sink[2::8] = -math.inf
+    elif sink_kind == "large":
+        sink.fill_(40.0)
+    elif sink_kind == "small":
+        sink.fill_(-40.0)
+    elif sink_kind == "neginf":
+        sink.fill_(-math.inf)
+    return Batch(pool, q, sink.to(DEV), idx, lens, **b, n=n, width=width, uniq_slots=uniq, idx_src=src)
+
+
+def run_kernel(b: Batch, out: torch.Tensor, capability: tuple[int, int] | None = None) -> torch.Tensor:
+    """capability=(12, 0) runs the SM12x tile configuration (on any GPU)."""
+    return dk.dspark_draft_attention(
+        b.q,
+        b.pool,
+        b.idx,
+        b.lens,
+        b.sink,
+        out,
+        num_queries=b.n,
+        scale=SCALE,
+        block_size=BS,
+        page_bytes=PAGE,
+        capability=capability,
+    )
+
+
+def reference(b: Batch) -> torch.Tensor:
+    return dc.dspark_draft_attention_ref(
+        b.q, b.pool, b.idx, b.lens, b.sink, scale=SCALE, block_size=BS, page_bytes=PAGE
+    )
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, lens: torch.Tensor) -> dict[str, Any]:
+    """The issue's tolerance: max |err| <= 1e-2 and <= 1 % of max |ref|. The output is bf16,
+    so where |ref| is large (a dominant key scaled 8x gives |ref| ~ 30, bf16 half-ulp 0.0625)
+    the 1e-2 bound applies to the error beyond the output's own bf16 rounding
+    (|err| - half-ulp(ref)); both figures are reported."""
+    err = (out.float() - ref).abs()
+    half_ulp = torch.exp2(torch.floor(torch.log2(ref.abs().clamp(min=2.0**-126))) - 8.0)
+    excess = (err - half_ulp).clamp(min=0.0)
+    maxref = float(ref.abs().max())
+    empty = lens == 0
+    res = dict(
+        max_abs_err=float(err.max()),
+        max_err_beyond_bf16_rounding=float(excess.max()),
+        max_abs_ref=maxref,
+        finite=bool(torch.isfinite(out.float()).all()),
+        empty_rows=int(empty.sum()),
+        empty_rows_exact_zero=bool((out[empty] == 0).all()) if bool(empty.any()) else True,
+    )
+    res["ok"] = bool(
+        res["finite"]
+        and res["empty_rows_exact_zero"]
+        and res["max_err_beyond_bf16_rounding"] <= ATOL
+        and res["max_abs_err"] <= RTOL_OF_MAX * max(maxref, 1e-30)
+    )
+    if maxref == 0.0:  # every row empty or every sink dominant: only exact zeros pass
+        res["ok"] = bool(res["finite"] and res["max_abs_err"] == 0.0)
+    return res
+
+
+def check_case(r: int, h: int, n: int, seed: int, capability=None, **kw: Any) -> dict[str, Any]:
+    b = make_batch(r, h, n, seed, **kw)
+    out = torch.full_like(b.q, float("nan"))
+    run_kernel(b, out, capability)
+    out2 = torch.full_like(b.q, 7.0)
+    run_kernel(b, out2, capability)
+    sync()
+    res = dict(R=r, H=h, N=n, seed=seed, idx_src=b.idx_src, tile_config_of=capability or "this GPU", **kw)
+    res.update(compare(out, reference(b), b.lens))
+    res["bitwise_repeatable"] = bool(torch.equal(out.view(torch.int16), out2.view(torch.int16)))
+    res["ok"] = res["ok"] and res["bitwise_repeatable"]
+    return res
+
+
+def check_graph(r: int, h: int, n: int, seed: int) -> dict[str, Any]:
+    """Capture once, then rewrite q / indices / lens / sink in place and replay."""
+    b = make_batch(r, h, n, seed)
+    out = torch.zeros_like(b.q)
+    run_kernel(b, out)  # compile and warm up outside the capture
+    sync()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s), torch.cuda.graph(graph, stream=s):
+        run_kernel(b, out)
+    torch.cuda.current_stream().wait_stream(s)
+    res: dict[str, Any] = dict(R=r, H=h, N=n, seed=seed, replays=[])
+    ok = True
+    for step in range(3):
+        nb = make_batch(r, h, n, seed + 1000 + step, padding=step != 1)
+        if nb.pool.shape != b.pool.shape:
+            raise RuntimeError("graph check needs same-size pools")
+        b.pool.copy_(nb.pool)
+        b.q.copy_(nb.q)
+        b.idx.copy_(nb.idx)
+        b.lens.copy_(nb.lens)
+        b.sink.copy_(nb.sink)
+        out.fill_(3.0)
+        graph.replay()
+        sync()
+        c = compare(out, reference(b), b.lens)
+        res["replays"].append(c)
+        ok = ok and c["ok"]
+    res["ok"] = ok
+    return res
+
+
+def correctness_matrix(quick: bool = False, on_case=None) -> dict[str, Any]:
+    cases: list[dict[str, Any]] = []
+    rs = (1, 2, 8, 64) if quick else (1, 2, 8, 64, 256, 512)
+    hs = (64, 8) if quick else (64, 32, 16, 8)
+    seed = 0
+    for n in (5, 7):
+        for h in hs:
+            for r in rs:
+                seed += 1
+                if on_case is not None:
+                    on_case(cases)
+                try:
+                    cases.append(check_case(r, h, n, seed))
+                except Exception:  # noqa: BLE001 - a crash is a failed case
+                    cases.append(dict(R=r, H=h, N=n, ok=False, error=traceback.format_exc()[-1500:]))
+    for kind in ("large", "small", "neginf"):
+        for h in (64, 8):
+            seed += 1
+            try:
+                cases.append(check_case(8, h, 5, seed, sink_kind=kind))
+            except Exception:  # noqa: BLE001
+                cases.append(dict(R=8, H=h, N=5, sink_kind=kind, ok=False, error=traceback.format_exc()[-1500:]))
+    if torch.cuda.get_device_capability(0)[0] != 12:
+        # the SM12x tile configuration, run here: proves its semantics, not its speed
+        for r, h, n in ((1, 64, 5), (256, 64, 5), (64, 8, 7), (8, 8, 7)):
+            seed += 1
+            try:
+                cases.append(check_case(r, h, n, seed, capability=(12, 0)))
+            except Exception:  # noqa: BLE001
+                cases.append(
+                    dict(R=r, H=h, N=n, tile_config_of=(12, 0), ok=False, error=traceback.format_exc()[-1500:])
+                )
+    graphs = []
+    for r, h, n in ((8, 16, 5), (64, 64, 7)):
+        try:
+            graphs.append(check_graph(r, h, n, 77))
+        except Exception:  # noqa: BLE001
+            graphs.append(dict(R=r, H=h, N=n, ok=False, error=traceback.format_exc()[-1500:]))
+    ok = all(c["ok"] for c in cases) and all(g["ok"] for g in graphs)
+    return dict(
+        ok=ok,
+        n_cases=len(cases),
+        n_failed=sum(not c["ok"] for c in cases),
+        cases=cases,
+        graph=graphs,
+        tolerance=dict(max_abs=ATOL, of_max_ref=RTOL_OF_MAX),
+    )
+
+
+# ---------------------------------------------------------------- benchmark
+
+
+def floor_us(b: Batch, h: int) -> float:
+    T = b.q.shape[0]
+    byts = b.uniq_slots * 584 + 2 * T * h * D * 2 + T * b.width * 4
+    return byts / HBM_BYTES_PER_S * 1e6
+
+
+def triton_fn(b: Batch, out: torch.Tensor):
+    """Upstream's generic Triton DSV4 sparse decode (kernel only, ragged indices prebuilt)."""
+    from vllm.v1.attention.ops import rocm_aiter_mla_sparse as m
+
+    nblk = b.pool.shape[0]
+    cache3d = torch.as_strided(b.pool.view(-1), (nblk, BS, 584), (PAGE, 584, 1))
+    T = b.q.shape[0]
+    rag_i, rag_p = m.build_ragged_indices_from_dense(b.idx.view(T, -1), b.lens, num_rows=nblk * BS)
+
+    def fn():
+        m._rocm_sparse_attn_decode_ragged_triton(
+            q=b.q,
+            main_cache=cache3d,
+            main_indices=rag_i,
+            main_indptr=rag_p,
+            scale=SCALE,
+            attn_sink=b.sink,
+            nope_head_dim=NOPE,
+            rope_head_dim=ROPE,
+            out=out,
+        )
+
+    return fn
+
+
+def graph_us(fns, iters: int = 50) -> float:
+    """Median per-replay time of a CUDA graph holding fns (hot L2)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for f in fns:
+            f()
+    sync()
+    times = []
+    for _ in range(5):
+        st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        st.record()
+        for _ in range(iters):
+            g.replay()
+        en.record()
+        sync()
+        times.append(st.elapsed_time(en) * 1000 / iters)
+    return sorted(times)[len(times) // 2]
+
+
+_FLUSH = None
+
+
+def cold_graph_us(fns) -> float:
+    """Per-replay time of fns in a CUDA graph with L2 flushed before them (a 256 MB memset
+    in the same graph, whose own time is measured alone and subtracted): the draft's
+    FULL-graph launch without Python overhead, cold L2 as the per-layer figure asks."""
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device=DEV)
+
+    def flush():
+        _FLUSH.zero_()
+
+    return graph_us([flush, *fns]) - graph_us([flush])
+
+
+def benchmark(quick: bool = False, on_row=None) -> dict[str, Any]:
+    from triton.testing import do_bench
+
+    def cold(fn) -> float:
+        return 1000.0 * do_bench(fn, warmup=5, rep=30)  # us; flushes L2 every rep
+
+    rows = []
+    for r in (1, 8, 64, 256):
+        for h in (64, 16):
+            b = make_batch(r, h, 5, 1000 + r + h, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+            row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h))
+            out = torch.empty_like(b.q)
+            tl_fn = lambda b=b, out=out: run_kernel(b, out)  # noqa: E731
+            tl_fn()
+            row["tilelang_cold_us"] = cold(tl_fn)
+            row["tilelang_cold_us_again"] = cold(tl_fn)  # A-vs-A: same code twice
+            row["aa_spread"] = abs(row["tilelang_cold_us"] - row["tilelang_cold_us_again"]) / min(
+                row["tilelang_cold_us"], row["tilelang_cold_us_again"]
+            )
+            row["pct_of_floor"] = 100.0 * row["floor_us"] / row["tilelang_cold_us"]
+            # per draft step: 3 layers (3 independent caches/queries) in one CUDA graph
+            layers = [b] + [
+                make_batch(r, h, 5, 2000 + r + h + i, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+                for i in range(2)
+            ]
+            outs = [torch.empty_like(x.q) for x in layers]
+            row["tilelang_graph_1layer_us"] = graph_us([lambda b=b, out=out: run_kernel(b, out)])
+            row["tilelang_graph_cold_1layer_us"] = cold_graph_us([lambda b=b, out=out: run_kernel(b, out)])
+            if torch.cuda.get_device_capability(0)[0] != 12 and h == 64:
+                alt = lambda b=b, out=out: run_kernel(b, out, (12, 0))  # noqa: E731
+                alt()
+                row["tilelang_sm12x_tiles_cold_us"] = cold(alt)
+                row["tilelang_sm12x_tiles_graph_cold_us"] = cold_graph_us([alt])
+            row["tilelang_step_3layers_graph_us"] = graph_us(
+                [lambda x=x, o=o: run_kernel(x, o) for x, o in zip(layers, outs, strict=True)]
+            )
+            try:
+                tri = triton_fn(b, torch.empty_like(b.q))
+                tri()
+                row["triton_cold_us"] = cold(tri)
+                row["triton_graph_cold_1layer_us"] = cold_graph_us([tri])
+                tris = [triton_fn(x, torch.empty_like(x.q)) for x in layers]
+                row["triton_step_3layers_graph_us"] = graph_us(tris)
+                row["speedup_vs_triton_cold"] = row["triton_cold_us"] / row["tilelang_cold_us"]
+            except Exception as e:  # noqa: BLE001
+                row["triton_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            if r <= 8 or (not quick and r == 256):
+                row["torch_ref_cold_us"] = cold(lambda b=b: reference(b))
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            if on_row is not None:
+                on_row(rows)
+    return dict(rows=rows, floor_bandwidth_Bps=HBM_BYTES_PER_S)
+
+
+def env_info() -> dict[str, Any]:
+    import tilelang
+    import triton
+
+    return dict(
+        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        gpu=torch.cuda.get_device_name(0),
+        capability=torch.cuda.get_device_capability(0),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        tilelang=tilelang.__version__,
+        tile_config={
+            f"H{h}_N{n}": dc.select_tile_config(h, n, torch.cuda.get_device_capability(0)).__dict__
+            for h in (64, 8)
+            for n in (5, 7)
+        },
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("check", "bench", "all"))
+    ap.add_argument("--json", help="write the report here")
+    ap.add_argument("--quick", action="store_true", help="smaller matrix")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 2
+    rep: dict[str, Any] = dict(env=env_info())
+
+    def save() -> None:  # as it goes, so a time cap keeps what was done
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rep, f, indent=1, default=str)
+
+    rc = 0
+    if a.what in ("check", "all"):
+        t0 = time.time()
+        rep["correctness"] = cm = correctness_matrix(
+            a.quick, on_case=lambda cases: (rep.update(correctness=dict(ok=False, partial=True, cases=cases)), save())
+        )
+        cm["seconds"] = round(time.time() - t0, 1)
+        print(
+            f"correctness: {'PASS' if cm['ok'] else 'FAIL'} "
+            f"({cm['n_cases'] - cm['n_failed']}/{cm['n_cases']} cases, "
+            f"graph {[g['ok'] for g in cm['graph']]})"
+        )
+        for c in cm["cases"]:
+            if not c["ok"]:
+                print("  FAILED", json.dumps(c)[:600])
+        rc = 0 if cm["ok"] else 1
+        save()
+    if a.what in ("bench", "all"):
+        rep["benchmark"] = bm = benchmark(a.quick, on_row=lambda rows: (rep.update(benchmark=dict(rows=rows)), save()))
+        for row in bm["rows"]:
+            print(
+                f"R={row['R']:4d} H={row['H']:2d}  tilelang {row['tilelang_cold_us']:8.1f} us "
+                f"(A-A {row['aa_spread'] * 100:4.1f}%)  floor {row['floor_us']:6.1f} us "
+                f"({row['pct_of_floor']:5.1f}%)  triton {row.get('triton_cold_us', float('nan')):8.1f} us  "
+                f"step(3L graph) {row['tilelang_step_3layers_graph_us']:7.1f} vs "
+                f"{row.get('triton_step_3layers_graph_us', float('nan')):7.1f} us"
+            )
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rep, f, indent=1, default=str)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tilelang group on the GPU: the DSpark draft-attention TileLang kernel of the patched tree.
+
+Correctness matrix against the fp32 reference (R x heads x N, short contexts, block-edge
+windows, non-contiguous block tables, padding rows, clamped seq_len, sinks large / small /
+-inf, fp8 zeros and subnormals, bitwise repeatability, CUDA-graph capture + rewrite +
+replay; indices from upstream's DSpark index kernel; the SM12x tile configuration run here
+too), then the benchmark (TileLang vs upstream's Triton DSV4 sparse decode vs torch, per
+layer cold L2 and per draft step of 3 layers in one CUDA graph, beside the byte floor, with
+an A-vs-A control), then tests/patched/tilelang on CUDA. Nothing here is an SM120 result.
+"""
+
+import json
+import sys
+
+from benchmarks.gpu.stage import Context, Stage
+
+
+def run(ctx: Context) -> dict:
+    import torch
+
+    py = sys.executable
+    steps = {}
+    result: dict = {}
+    if torch.cuda.is_available():
+        out = ctx.work / "draft_attn.json"
+        steps["check_and_bench"] = ctx.sh(
+            "check_and_bench",
+            [py, "-m", "benchmarks.dspark_draft_attn.draft_attn_gpu", "all", "--json", str(out)],
+            ctx.left() - 30,
+        )
+        result = json.loads(out.read_text()) if out.exists() else {}
+        ctx.save(steps=steps, draft_attn=result)
+    steps["pytest_patched"] = ctx.sh(
+        "pytest_patched", [py, "-m", "pytest", "-v", "-rfEs", "--durations=5", "tests/patched/tilelang"], 28
+    )
+    ok = all(s["rc"] == 0 for s in steps.values()) and bool(result.get("correctness", {}).get("ok"))
+    return {"steps": steps, "draft_attn": result, "ok": ok}
+
+
+STAGE = Stage(
+    name="tilelang_draft_attn",
+    doc=__doc__,
+    run=run,
+    time_cap_s=420,
+    # not vllm-config-deps: its apache-tvm-ffi wheel would clash with the one tilelang brings
+    needs=("tilelang", "vllm-sampler-deps"),
+    imports=(
+        "vllm.v1.attention.backends.mla.sparse_swa",
+        "vllm.v1.attention.ops.rocm_aiter_mla_sparse",
+        # the kernel modules come in bare (draft_attn_gpu.import_without_model_package)
+        "tilelang",
+    ),
+)

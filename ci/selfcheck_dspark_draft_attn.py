@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""GPU self-check of the TileLang DSpark draft attention (TILELANG_SPARSE_SWA_DSV4).
+
+Run it on the machine that will serve (SM120/SM121 boxes in particular, where nothing of
+this kernel was ever run by the project), with the patched vLLM and tilelang installed:
+
+    python ci/selfcheck_dspark_draft_attn.py                  # correctness matrix + benchmark
+    python ci/selfcheck_dspark_draft_attn.py --json out.json  # also write the JSON report
+    python ci/selfcheck_dspark_draft_attn.py --quick          # smaller matrix
+    python ci/selfcheck_dspark_draft_attn.py --check-only     # no benchmark
+
+The correctness matrix builds DSpark draft batches the way vLLM does (paged fp8_ds_mla SWA
+cache, upstream's DSpark index kernel, padding requests, clamped seq_len, extreme sinks, e4m3
+zeros and subnormals) and compares the kernel with an fp32 reference (max |err| <= 1e-2 beyond
+bf16 rounding and <= 1 % of max |ref|; empty rows exactly zero; bitwise repeatable; CUDA-graph
+capture + rewrite + replay). The benchmark compares it with upstream's Triton DSV4 sparse
+decode and the torch reference, per layer and per 3-layer draft step.
+
+Exit status: 0 every result correct; 1 a wrong result or a crash in the matrix; 2 nothing
+could be checked (no CUDA, no tilelang, no patched vLLM).
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> int:
+    try:
+        import tilelang  # noqa: F401
+        import torch
+        from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_common  # noqa: F401
+    except ImportError as e:
+        print(f"cannot check: {e}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("cannot check: no CUDA device", file=sys.stderr)
+        return 2
+    from benchmarks.dspark_draft_attn import draft_attn_gpu
+
+    args = sys.argv[1:]
+    what = "check" if "--check-only" in args else "all"
+    args = [a for a in args if a != "--check-only"]
+    return draft_attn_gpu.main([what, *args])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Layout, tile configuration and fp32 reference of the DSpark draft attention.
+
+Pure PyTorch (no TileLang import), shared by the TileLang kernel in
+``dspark_draft_attn_tilelang`` and by CPU tests.
+
+fp8_ds_mla page (block_size tokens, page stride padded to 576 B): token t's
+448 e4m3 NoPE bytes + 64 bf16 RoPE values at t * 576, its 7 UE8M0 scale bytes
+(2^(byte - 127), one per 64 NoPE dims) + 1 pad at block_size * 576 + t * 8.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+NOPE_DIM = 448
+ROPE_DIM = 64
+HEAD_DIM = NOPE_DIM + ROPE_DIM
+QUANT_BLOCK = 64
+TOKEN_DATA_BYTES = NOPE_DIM + 2 * ROPE_DIM  # 576
+SCALE_BYTES_PER_TOKEN = 8
+LOG2E = 1.4426950408889634
+# Running max before any live slot: finite, so exp2(m_prev - m_new) never sees
+# inf - inf when a whole tile is masked.
+_NEG_LARGE = -(2.0**30)
+
+# Shared memory per block on SM120/SM121 (RTX PRO 6000, RTX 5090, GB10).
+SM120_SMEM_BYTES = 101_376
+# H100/H200 (SM90) opt-in shared memory per block.
+SM90_SMEM_BYTES = 232_448
+
+
+def padded_rows(num_queries: int, heads_per_cta: int) -> int:
+    """Query rows of one CTA, padded to the MMA's 16-row tile."""
+    return -(-num_queries * heads_per_cta // 16) * 16
+
+
+def smem_bytes(num_queries: int, heads_per_cta: int, block_kv: int) -> int:
+    """Shared memory the kernel allocates: Q, a bf16 KV tile, its raw fp8 bytes
+    and scale bytes, P, slots, lens."""
+    m = padded_rows(num_queries, heads_per_cta)
+    return (
+        2 * m * HEAD_DIM
+        + 2 * block_kv * HEAD_DIM
+        + block_kv * (NOPE_DIM + SCALE_BYTES_PER_TOKEN)
+        + 2 * m * block_kv
+        + 4 * (block_kv + m)
+    )
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    heads_per_cta: int
+    block_kv: int
+    threads: int
+
+
+def select_tile_config(
+    num_heads: int, num_queries: int, capability: tuple[int, int]
+) -> TileConfig:
+    """Pick the CTA shape for an arch.
+
+    Both GEMMs split their N dimension over all warps (FullCol), so a warp
+    needs block_kv // num_warps >= 8 columns (mma.sync n8), and the fp32
+    output accumulator, padded_rows * 512 / threads floats per thread, must
+    stay <= 128 to avoid spills.
+
+    SM90 (measured on the H200): heads_per_cta=8, block_kv=64, threads=256.
+    SM12x: heads_per_cta=4, block_kv=32, threads=128, chosen only to fit
+    101,376 B of shared memory per block (about 66 KB used) and the rules
+    above; these values are UNTESTED on SM120/SM121 hardware (none was
+    available): run the self-check there first.
+    """
+    if num_heads % 8 != 0:
+        raise ValueError(f"num_heads must be a multiple of 8, got {num_heads}")
+    if capability[0] == 12:
+        cfg = TileConfig(heads_per_cta=4, block_kv=32, threads=128)  # UNTESTED
+        budget = SM120_SMEM_BYTES
+    else:
+        cfg = TileConfig(heads_per_cta=8, block_kv=64, threads=256)
+        budget = SM90_SMEM_BYTES
+    while (
+        padded_rows(num_queries, cfg.heads_per_cta) * HEAD_DIM // cfg.threads > 128
+        and cfg.heads_per_cta > 1
+    ):
+        cfg = TileConfig(cfg.heads_per_cta // 2, cfg.block_kv, cfg.threads)
+    if smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv) > budget:
+        raise ValueError(
+            f"no tile for num_queries={num_queries} fits {budget} B of shared memory"
+        )
+    return cfg
+
+
+def dspark_draft_attention_ref(
+    q: torch.Tensor,
+    swa_cache: torch.Tensor,
+    indices: torch.Tensor,
+    lens: torch.Tensor,
+    attn_sink: torch.Tensor,
+    *,
+    scale: float,
+    block_size: int,
+    page_bytes: int,
+) -> torch.Tensor:
+    """fp32 PyTorch reference of the kernel's math (any device), [T, H, 512].
+
+    Rows with no live slot are zeros (the kernel's contract; a plain softmax
+    over the sink alone would also give zeros except when the sink is -inf).
+    """
+    num_tokens, num_heads, _ = q.shape
+    width = indices.shape[-1]
+    idx = indices.reshape(num_tokens, width).long()
+    live = (torch.arange(width, device=q.device)[None] < lens[:, None].long()) & (
+        idx >= 0
+    )
+    kv = dequant_fp8_ds_mla(
+        swa_cache, idx.clamp(min=0).flatten(), block_size, page_bytes
+    ).view(num_tokens, width, HEAD_DIM)
+    kv = kv.masked_fill(~live[..., None], 0.0)
+    s = torch.einsum("thd,twd->thw", q.float(), kv) * scale
+    s = s.masked_fill(~live[:, None, :], float("-inf"))
+    sink = attn_sink.float().view(1, num_heads, 1).expand(num_tokens, num_heads, 1)
+    p = torch.softmax(torch.cat([s, sink], -1), -1)[..., :-1]
+    o = torch.einsum("thw,twd->thd", p.nan_to_num(0.0), kv)
+    return o.masked_fill(~live.any(-1)[:, None, None], 0.0)
+
+
+def dequant_fp8_ds_mla(
+    swa_cache: torch.Tensor, slots: torch.Tensor, block_size: int, page_bytes: int
+) -> torch.Tensor:
+    """fp8_ds_mla bytes of ``slots`` -> fp32 rows [len(slots), 512]."""
+    flat = swa_cache.reshape(-1).view(torch.uint8)
+    blk, off = slots // block_size, slots % block_size
+    base = blk * page_bytes
+    ar = torch.arange(TOKEN_DATA_BYTES, device=slots.device)
+    data = flat[(base + off * TOKEN_DATA_BYTES)[:, None] + ar]
+    nope = data[:, :NOPE_DIM].contiguous().view(torch.float8_e4m3fn).float()
+    rope = data[:, NOPE_DIM:].contiguous().view(torch.bfloat16).float()
+    n_scales = NOPE_DIM // QUANT_BLOCK
+    sc_at = base + block_size * TOKEN_DATA_BYTES + off * SCALE_BYTES_PER_TOKEN
+    sc = flat[sc_at[:, None] + torch.arange(n_scales, device=slots.device)]
+    nope = (
+        nope.view(-1, n_scales, QUANT_BLOCK) * torch.exp2(sc.float() - 127.0)[..., None]
+    )
+    return torch.cat([nope.view(-1, NOPE_DIM), rope], -1)
+
+
+def dspark_index_width(window_size: int, num_queries: int) -> int:
+    """Width of the DSpark non-causal SWA index rows (upstream's rule:
+    window + N rounded up to 64, compressor_utils.get_dspark_swa_index_width)."""
+    return -(-(window_size + num_queries) // 64) * 64
+
+
+def fp8_ds_mla_page_bytes(block_size: int) -> int:
+    """Page stride of the SWA cache: block_size * 584 B rounded up to 576 B."""
+    raw = block_size * (TOKEN_DATA_BYTES + SCALE_BYTES_PER_TOKEN)
+    return math.ceil(raw / TOKEN_DATA_BYTES) * TOKEN_DATA_BYTES

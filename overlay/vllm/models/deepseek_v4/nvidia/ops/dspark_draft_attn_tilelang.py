@@ -1,0 +1,430 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""TileLang decode attention for the DSpark draft of DeepSeek-V4.
+
+The draft layers are SWA-only DSV4 layers: every request has N draft query
+tokens that all see the same index list (up to 192 slots of the paged
+fp8_ds_mla SWA cache, window 128 + N).  One CTA handles one (request, head
+group) and all N queries of it, so each KV tile is gathered and dequantised
+once for N * heads_per_cta query rows.  The cache is read in place (no window
+copy), heads are native (8/16/32/64, no padding to 64), the per-head sink is
+folded in at the end, rows with no live slot give zeros, and the output is
+written into a caller-owned buffer so the launch can be captured in a CUDA
+graph.
+
+Layout, tile configuration and the fp32 reference: dspark_draft_attn_common.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
+    TileLangLaunchSpec,
+    VllmTileLangJitKernel,
+    kernel_launcher,
+    make_tilelang_warmup_tensor,
+)
+from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
+    _NEG_LARGE,
+    HEAD_DIM,
+    LOG2E,
+    NOPE_DIM,
+    QUANT_BLOCK,
+    ROPE_DIM,
+    SCALE_BYTES_PER_TOKEN,
+    TOKEN_DATA_BYTES,
+    dspark_index_width,
+    padded_rows,
+    select_tile_config,
+)
+from vllm.tilelang_utils import T, tilelang_jit
+
+
+@tilelang_jit
+def dspark_draft_attn_tilelang(
+    q,
+    kv_fp8,
+    kv_u8,
+    kv_bf16,
+    indices,
+    lens,
+    attn_sink,
+    out,
+    num_heads: int,
+    num_queries: int,
+    width: int,
+    block_size: int,
+    page_bytes: int,
+    scale: float,
+    heads_per_cta: int = 8,
+    block_kv: int = 64,
+    threads: int = 256,
+):
+    """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
+
+    K = V = the dequantised fp8_ds_mla rows of the request's index list.
+    Rows with lens == 0 are written as zeros.
+    """
+    num_reqs = T.dynamic("num_reqs")
+    num_blocks = T.dynamic("num_blocks")
+    rows = num_queries * heads_per_cta
+    m_pad = padded_rows(num_queries, heads_per_cta)
+    n_tiles = -(-width // block_kv)
+    scale_log2 = scale * LOG2E
+    scale_off = block_size * TOKEN_DATA_BYTES
+    page_words = page_bytes // 2
+    tok_words = TOKEN_DATA_BYTES // 2
+
+    q: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
+    kv_fp8: T.Tensor[[num_blocks, page_bytes], T.float8_e4m3fn]  # type: ignore[no-redef,valid-type]
+    kv_u8: T.Tensor[[num_blocks, page_bytes], T.uint8]  # type: ignore[no-redef,valid-type]
+    kv_bf16: T.Tensor[[num_blocks, page_words], T.bfloat16]  # type: ignore[no-redef,valid-type]
+    indices: T.Tensor[[num_reqs, num_queries, width], T.int32]  # type: ignore[no-redef,valid-type]
+    lens: T.Tensor[[num_reqs, num_queries], T.int32]  # type: ignore[no-redef,valid-type]
+    attn_sink: T.Tensor[[num_heads], T.float32]  # type: ignore[no-redef,valid-type]
+    out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
+
+    with T.Kernel(num_reqs, num_heads // heads_per_cta, threads=threads) as (
+        rid,
+        gid,
+    ):
+        q_s = T.alloc_shared([m_pad, HEAD_DIM], T.bfloat16)
+        k_s = T.alloc_shared([block_kv, HEAD_DIM], T.bfloat16)
+        p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
+        slot_s = T.alloc_shared([block_kv], T.int32)
+        fp8_s = T.alloc_shared([block_kv, NOPE_DIM], T.float8_e4m3fn)
+        scale_s = T.alloc_shared([block_kv, SCALE_BYTES_PER_TOKEN], T.uint8)
+        len_s = T.alloc_shared([m_pad], T.int32)
+
+        acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
+        acc_o = T.alloc_fragment([m_pad, HEAD_DIM], T.float32)
+        m_i = T.alloc_fragment([m_pad], T.float32)
+        m_prev = T.alloc_fragment([m_pad], T.float32)
+        l_i = T.alloc_fragment([m_pad], T.float32)
+        l_tile = T.alloc_fragment([m_pad], T.float32)
+        alpha = T.alloc_fragment([m_pad], T.float32)
+
+        # All N rows of a request carry the same list (the DSpark index
+        # kernel writes one row per request); gather with the longest one.
+        max_len = T.alloc_var(T.int32, init=0)
+        src_row = T.alloc_var(T.int32, init=0)
+        for n in T.serial(num_queries):
+            if lens[rid, n] > max_len:
+                max_len = lens[rid, n]
+                src_row = n
+
+        # Row m of the CTA is query m // heads_per_cta, head m % heads_per_cta.
+        for m, d in T.Parallel(m_pad, HEAD_DIM):
+            q_s[m, d] = T.if_then_else(
+                m < rows,
+                q[
+                    rid,
+                    T.min(m // heads_per_cta, num_queries - 1),
+                    gid * heads_per_cta + m % heads_per_cta,
+                    d,
+                ],
+                T.cast(0, T.bfloat16),
+            )
+        for m in T.Parallel(m_pad):
+            len_s[m] = T.if_then_else(
+                m < rows, lens[rid, T.min(m // heads_per_cta, num_queries - 1)], 0
+            )
+        T.fill(acc_o, 0)
+        T.fill(l_i, 0)
+        T.fill(m_i, _NEG_LARGE)
+
+        for t in T.serial(T.min(T.ceildiv(max_len, block_kv), n_tiles)):
+            for j in T.Parallel(block_kv):
+                slot_s[j] = T.if_then_else(
+                    t * block_kv + j < T.min(max_len, width),
+                    indices[rid, src_row, T.min(t * block_kv + j, width - 1)],
+                    -1,
+                )
+            # Gather the tile's raw bytes with plain copies (no dependence
+            # between them, so all loads are in flight at once), then
+            # dequantise in shared memory, once for every row of the CTA.
+            for j, d in T.Parallel(block_kv, NOPE_DIM):
+                live_slot = T.max(slot_s[j], 0)
+                fp8_s[j, d] = kv_fp8[
+                    live_slot // block_size,
+                    (live_slot % block_size) * TOKEN_DATA_BYTES + d,
+                ]
+            for j, c in T.Parallel(block_kv, SCALE_BYTES_PER_TOKEN):
+                live_slot = T.max(slot_s[j], 0)
+                scale_s[j, c] = kv_u8[
+                    live_slot // block_size,
+                    scale_off + (live_slot % block_size) * SCALE_BYTES_PER_TOKEN + c,
+                ]
+            for j, d in T.Parallel(block_kv, ROPE_DIM):
+                live_slot = T.max(slot_s[j], 0)
+                k_s[j, NOPE_DIM + d] = kv_bf16[
+                    live_slot // block_size,
+                    (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
+                ]
+            # Dead slots become zeros so 0 * garbage cannot give NaN in P @ V.
+            for j, d in T.Parallel(block_kv, NOPE_DIM):
+                k_s[j, d] = T.if_then_else(
+                    slot_s[j] >= 0,
+                    T.cast(
+                        T.cast(fp8_s[j, d], T.float32)
+                        * T.exp2(
+                            T.cast(scale_s[j, d // QUANT_BLOCK], T.float32) - 127.0
+                        ),
+                        T.bfloat16,
+                    ),
+                    T.cast(0, T.bfloat16),
+                )
+            for j, d in T.Parallel(block_kv, ROPE_DIM):
+                if slot_s[j] < 0:
+                    k_s[j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
+
+            for m, j in T.Parallel(m_pad, block_kv):
+                acc_s[m, j] = T.if_then_else(
+                    (t * block_kv + j < len_s[m]) & (slot_s[j] >= 0),
+                    0,
+                    -T.infinity(T.float32),
+                )
+            T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
+
+            T.copy(m_i, m_prev)
+            T.reduce_max(acc_s, m_i, dim=1, clear=False)
+            for m in T.Parallel(m_pad):
+                m_i[m] = T.max(m_i[m], m_prev[m])
+                alpha[m] = T.exp2((m_prev[m] - m_i[m]) * scale_log2)
+            for m, j in T.Parallel(m_pad, block_kv):
+                acc_s[m, j] = T.exp2((acc_s[m, j] - m_i[m]) * scale_log2)
+            T.reduce_sum(acc_s, l_tile, dim=1)
+            for m in T.Parallel(m_pad):
+                l_i[m] = l_i[m] * alpha[m] + l_tile[m]
+            for m, d in T.Parallel(m_pad, HEAD_DIM):
+                acc_o[m, d] = acc_o[m, d] * alpha[m]
+            T.copy(acc_s, p_s)
+            T.gemm(p_s, k_s, acc_o, policy=T.GemmWarpPolicy.FullCol)
+
+        # Fold the sink: denominator += exp(sink - m), computed around
+        # max(m, sink) so a large sink or a -inf sink cannot overflow.
+        for m in T.Parallel(m_pad):
+            sink_log2 = attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
+            m_log2 = m_i[m] * scale_log2
+            top = T.max(m_log2, sink_log2)
+            corr = T.exp2(m_log2 - top)
+            denom = l_i[m] * corr + T.exp2(sink_log2 - top)
+            alpha[m] = T.if_then_else((len_s[m] > 0) & (l_i[m] > 0), corr / denom, 0.0)
+        for m, d in T.Parallel(m_pad, HEAD_DIM):
+            if m < rows:
+                out[
+                    rid, m // heads_per_cta, gid * heads_per_cta + m % heads_per_cta, d
+                ] = acc_o[m, d] * alpha[m]
+
+
+class DSparkDraftAttnTileLangKernel(
+    VllmTileLangJitKernel["DSparkDraftAttnTileLangKernel.CompileKey"]
+):
+    """Owner of the draft-attention kernel: compile keys and warm-up inputs."""
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        num_heads: int
+        num_queries: int
+        width: int
+        block_size: int
+        page_bytes: int
+        scale: float
+        heads_per_cta: int
+        block_kv: int
+        threads: int
+
+    @staticmethod
+    def kernel() -> Any:
+        return dspark_draft_attn_tilelang
+
+    def dispatch(  # type: ignore[override]
+        self,
+        *,
+        num_heads: int,
+        num_queries: int,
+        width: int,
+        block_size: int,
+        page_bytes: int,
+        scale: float,
+        capability: tuple[int, int],
+    ) -> CompileKey:
+        cfg = select_tile_config(num_heads, num_queries, capability)
+        return self.CompileKey(
+            num_heads=num_heads,
+            num_queries=num_queries,
+            width=width,
+            block_size=block_size,
+            page_bytes=page_bytes,
+            scale=scale,
+            heads_per_cta=cfg.heads_per_cta,
+            block_kv=cfg.block_kv,
+            threads=cfg.threads,
+        )
+
+    def get_warmup_keys(
+        self,
+        *,
+        num_heads: int,
+        num_queries: int,
+        window_size: int,
+        block_size: int,
+        page_bytes: int,
+        scale: float,
+        capability: tuple[int, int],
+    ) -> list[CompileKey]:
+        return [
+            self.dispatch(
+                num_heads=num_heads,
+                num_queries=num_queries,
+                width=dspark_index_width(window_size, num_queries),
+                block_size=block_size,
+                page_bytes=page_bytes,
+                scale=scale,
+                capability=capability,
+            )
+        ]
+
+    def warmup_inputs(self, compile_key: CompileKey) -> dict[str, Any]:
+        key = compile_key
+        n_tok = key.num_queries
+        page = key.page_bytes
+        return dict(
+            q=make_tilelang_warmup_tensor(
+                torch.bfloat16, 1, key.num_queries, key.num_heads, HEAD_DIM
+            ),
+            kv_fp8=make_tilelang_warmup_tensor(torch.float8_e4m3fn, 1, page),
+            kv_u8=make_tilelang_warmup_tensor(torch.uint8, 1, page),
+            kv_bf16=make_tilelang_warmup_tensor(torch.bfloat16, 1, page // 2),
+            indices=make_tilelang_warmup_tensor(torch.int32, 1, n_tok, key.width),
+            lens=make_tilelang_warmup_tensor(torch.int32, 1, n_tok),
+            attn_sink=make_tilelang_warmup_tensor(torch.float32, key.num_heads),
+            out=make_tilelang_warmup_tensor(
+                torch.bfloat16, 1, key.num_queries, key.num_heads, HEAD_DIM
+            ),
+            compile_key=key,
+        )
+
+    @kernel_launcher
+    def __call__(
+        self,
+        q: Any,
+        kv_fp8: Any,
+        kv_u8: Any,
+        kv_bf16: Any,
+        indices: Any,
+        lens: Any,
+        attn_sink: Any,
+        out: Any,
+        compile_key: CompileKey,
+    ) -> TileLangLaunchSpec:
+        key = compile_key
+        return (), (
+            q,
+            kv_fp8,
+            kv_u8,
+            kv_bf16,
+            indices,
+            lens,
+            attn_sink,
+            out,
+            key.num_heads,
+            key.num_queries,
+            key.width,
+            key.block_size,
+            key.page_bytes,
+            key.scale,
+            key.heads_per_cta,
+            key.block_kv,
+            key.threads,
+        )
+
+
+_DSPARK_DRAFT_ATTN_TILELANG_KERNEL = DSparkDraftAttnTileLangKernel()
+
+
+def page_views(
+    swa_cache: torch.Tensor, page_bytes: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp8 / uint8 / bf16 views of the paged SWA cache, one row per page.
+
+    The three views alias the same bytes; the kernel reads NoPE bytes as e4m3,
+    scale bytes as uint8 and RoPE values as bf16, so no bit tricks are needed
+    and e4m3 zeros and subnormals convert exactly.
+    """
+    num_blocks = swa_cache.shape[0]
+    if swa_cache.dtype != torch.uint8:
+        swa_cache = swa_cache.view(torch.uint8)
+    if swa_cache.stride(0) != page_bytes:
+        raise ValueError(
+            f"SWA cache page stride {swa_cache.stride(0)} != page_bytes {page_bytes}"
+        )
+    flat = torch.as_strided(swa_cache, (num_blocks, page_bytes), (page_bytes, 1))
+    return (
+        flat.view(torch.float8_e4m3fn),
+        flat,
+        flat.view(torch.bfloat16),
+    )
+
+
+def dspark_draft_attention(
+    q: torch.Tensor,
+    swa_cache: torch.Tensor,
+    indices: torch.Tensor,
+    lens: torch.Tensor,
+    attn_sink: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    num_queries: int,
+    scale: float,
+    block_size: int,
+    page_bytes: int,
+    capability: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """Draft attention into ``out`` in place (CUDA-graph capturable).
+
+    q, out: [T, H, 512] bf16 with T = num_reqs * num_queries (request r owns
+    rows r * num_queries ... + num_queries - 1, as the DSpark draft lays them
+    out); swa_cache: [num_blocks, ...] paged fp8_ds_mla bytes with page stride
+    ``page_bytes``; indices: [T, 1, width] or [T, width] int32 global slots,
+    -1 padded; lens: [T] int32; attn_sink: [H] fp32.
+    """
+    num_tokens, num_heads, head_dim = q.shape
+    if head_dim != HEAD_DIM:
+        raise ValueError(f"head_dim must be {HEAD_DIM}, got {head_dim}")
+    if num_tokens % num_queries != 0:
+        raise ValueError(
+            f"{num_tokens} tokens are not whole requests of {num_queries} queries"
+        )
+    if capability is None:
+        capability = torch.cuda.get_device_capability(q.device)
+    width = indices.shape[-1]
+    num_reqs = num_tokens // num_queries
+    key = _DSPARK_DRAFT_ATTN_TILELANG_KERNEL.dispatch(
+        num_heads=num_heads,
+        num_queries=num_queries,
+        width=width,
+        block_size=block_size,
+        page_bytes=page_bytes,
+        scale=float(scale),
+        capability=tuple(capability),
+    )
+    if num_reqs == 0:
+        return out
+    kv_fp8, kv_u8, kv_bf16 = page_views(swa_cache, page_bytes)
+    _DSPARK_DRAFT_ATTN_TILELANG_KERNEL(
+        q=q.view(num_reqs, num_queries, num_heads, HEAD_DIM),
+        kv_fp8=kv_fp8,
+        kv_u8=kv_u8,
+        kv_bf16=kv_bf16,
+        indices=indices.view(num_reqs, num_queries, width),
+        lens=lens.view(num_reqs, num_queries),
+        attn_sink=attn_sink,
+        out=out.view(num_reqs, num_queries, num_heads, HEAD_DIM),
+        compile_key=key,
+    )
+    return out

@@ -1,0 +1,233 @@
+# SPDX-License-Identifier: Apache-2.0
+"""overlay dspark_draft_attn_common / _tilelang on CPU: the fp32 reference against upstream's
+own eager FlashMLA-style reference and fp8_ds_mla packer (tests/kernels/
+test_deepseek_v4_cpu_kernels.py of the tree, its functions loaded by source because that
+module imports vLLM's compiled CPU ops), the reference on batches built by upstream's DSpark
+index kernel (Triton interpreter on CPU), tile configurations (SM120's 101,376 B budget, the
+warp rules) and the kernel's compile keys.
+
+No CUDA and possibly no tilelang here: the kernel itself runs in test_dspark_draft_attn_gpu.py.
+Where tilelang is missing, the compile-key test replaces ``vllm.tilelang_utils`` with a stand-in
+whose ``tilelang_jit`` returns the function undecorated (marked below); the keys come from the
+real owner class.
+"""
+
+import ast
+import importlib
+import math
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import vllm
+from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_common as dc
+
+TREE = Path(vllm.__file__).resolve().parents[1]
+UPSTREAM_TEST = TREE / "tests/kernels/test_deepseek_v4_cpu_kernels.py"
+
+
+def _load_upstream(names: set[str]) -> dict:
+    """Upstream's module-level constants and the named functions, without its imports."""
+    src = UPSTREAM_TEST.read_text()
+    tree = ast.parse(src)
+    ns: dict = {
+        "torch": torch,
+        "NOPE_DIM": dc.NOPE_DIM,
+        "ROPE_DIM": dc.ROPE_DIM,
+        "HEAD_DIM": dc.HEAD_DIM,
+        "QUANT_BLOCK": dc.QUANT_BLOCK,
+    }
+    keep = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            keep.append(node)
+        elif isinstance(node, ast.Assign) and all(
+            isinstance(t, ast.Name) and t.id in {"SCALE_BYTES_PER_TOKEN", "TOKEN_DATA_BYTES", "FP8_MAX"}
+            for t in node.targets
+        ):
+            keep.append(node)
+    found = {n.name for n in keep if isinstance(n, ast.FunctionDef)}
+    assert found == names, f"upstream test lost {names - found}"
+    exec(compile(ast.Module(body=keep, type_ignores=[]), str(UPSTREAM_TEST), "exec"), ns)
+    return ns
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    return _load_upstream({"_make_cache", "_pack_flash_mla_cache", "_flash_mla_eager"})
+
+
+@pytest.mark.parametrize("num_heads,num_queries,block_size", [(64, 5, 64), (8, 7, 64), (16, 5, 16)])
+def test_reference_matches_upstream_eager(upstream, num_heads, num_queries, block_size):
+    g = torch.Generator().manual_seed(num_heads + num_queries)
+    n_slots = 300
+    kv = torch.randn(n_slots, dc.HEAD_DIM, generator=g)
+    kv[7] = 0.0  # an all-zero token: scale byte at its clamp, e4m3 zeros
+    kv[8, :64] *= 1e-3  # small values next to large ones: e4m3 subnormals in that chunk
+    cache, dequant = upstream["_pack_flash_mla_cache"](kv, block_size)
+    page_bytes = cache.stride(0)  # upstream's packer: block_size * 584, not padded to 576
+    num_reqs = 3
+    T = num_reqs * num_queries
+    width = dc.dspark_index_width(128, num_queries)
+    idx = torch.full((T, 1, width), -1, dtype=torch.int32)
+    lens = torch.zeros(T, dtype=torch.int32)
+    for r, n_live in enumerate((133, 40, 0)):  # full window, short context, padding request
+        slots = torch.randperm(n_slots, generator=g)[:n_live].int()
+        idx[r * num_queries : (r + 1) * num_queries, 0, :n_live] = slots
+        lens[r * num_queries : (r + 1) * num_queries] = n_live
+    q = torch.randn(T, num_heads, dc.HEAD_DIM, generator=g).bfloat16()
+    sink = torch.randn(num_heads, generator=g)
+    sink[0] = -math.inf
+    sink[1] = 20.0
+    scale = dc.HEAD_DIM**-0.5
+
+    ours = dc.dspark_draft_attention_ref(
+        q, cache, idx, lens, sink, scale=scale, block_size=block_size, page_bytes=page_bytes
+    )
+    # upstream's eager reference: -1 marks dead slots; empty lists = no slot at all
+    live = torch.arange(width)[None] < lens[:, None]
+    slots = torch.where(live, idx[:, 0], -1)
+    theirs = upstream["_flash_mla_eager"](
+        q, dequant, slots, dequant[:0], torch.empty(T, 0, dtype=torch.int32), sink, scale
+    ).float()
+    full = lens > 0
+    torch.testing.assert_close(ours[full], theirs[full], atol=2e-2, rtol=2e-2)
+    assert (ours[~full] == 0).all()  # empty rows: zeros (upstream's gives NaN for a -inf sink)
+    # the dequantisation itself is exact against upstream's packer
+    all_slots = torch.arange(n_slots)
+    torch.testing.assert_close(dc.dequant_fp8_ds_mla(cache, all_slots, block_size, page_bytes), dequant, atol=0, rtol=0)
+
+
+def test_reference_on_upstream_index_kernel_batch():
+    """A batch as the draft builds it (upstream's DSpark index kernel under the Triton
+    interpreter, real page stride 37,440 B): every request's N rows share one index list,
+    padding requests get len 0, and the per-request reference (the kernel's m-fusion) equals
+    the per-token one."""
+    from benchmarks.dspark_draft_attn import draft_attn_gpu as g
+
+    b = g.make_batch(6, 16, 5, seed=3)
+    assert b.idx_src == "vllm_triton"
+    assert g.PAGE == 37_440 and b.width == 192
+    rows = b.idx.view(6, 5, -1)
+    assert (rows == rows[:, :1]).all(), "N rows of a request must share the list"
+    assert (b.lens.view(6, 5)[-1] == 0).all() and (b.lens.view(6, 5)[0] > 0).all()
+    ref = g.reference(b)
+    per_req = torch.cat(
+        [
+            dc.dspark_draft_attention_ref(
+                b.q[r * 5 : (r + 1) * 5],
+                b.pool,
+                b.idx[r * 5 : r * 5 + 1].expand(5, 1, -1),
+                b.lens[r * 5 : (r + 1) * 5],
+                b.sink,
+                scale=g.SCALE,
+                block_size=g.BS,
+                page_bytes=g.PAGE,
+            )
+            for r in range(6)
+        ]
+    )
+    torch.testing.assert_close(ref, per_req, atol=0, rtol=0)
+    assert g.compare(ref.bfloat16(), ref, b.lens)["ok"]
+    bad = ref.bfloat16().clone()
+    bad[0, 0, 0] += 0.5
+    assert not g.compare(bad, ref, b.lens)["ok"], "the check must catch a wrong value"
+
+
+@pytest.mark.parametrize("num_queries", [5, 7])
+@pytest.mark.parametrize("num_heads", [64, 32, 16, 8])
+@pytest.mark.parametrize("capability", [(9, 0), (12, 0), (12, 1), (10, 0)])
+def test_tile_config_fits_and_follows_warp_rules(num_heads, num_queries, capability):
+    cfg = dc.select_tile_config(num_heads, num_queries, capability)
+    budget = dc.SM120_SMEM_BYTES if capability[0] == 12 else dc.SM90_SMEM_BYTES
+    assert dc.smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv) <= budget
+    assert num_heads % cfg.heads_per_cta == 0
+    warps = cfg.threads // 32
+    assert cfg.block_kv // warps >= 8  # FullCol: mma n8 per warp (sm120 warp_col_tiles rule)
+    assert dc.padded_rows(num_queries, cfg.heads_per_cta) * dc.HEAD_DIM // cfg.threads <= 128
+    if capability[0] == 12:
+        assert (cfg.heads_per_cta, cfg.block_kv, cfg.threads) == (4, 32, 128)
+        # SM12x: 83,456 B measured from the generated sm_120 kernel's buffer offsets (N=7)
+        assert dc.smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv) < 90_000
+
+
+def test_tile_config_rejects_bad_heads():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        dc.select_tile_config(12, 5, (9, 0))
+
+
+def test_layout_constants():
+    assert dc.fp8_ds_mla_page_bytes(64) == 37_440
+    assert dc.dspark_index_width(128, 5) == 192 and dc.dspark_index_width(128, 7) == 192
+    from vllm.v1.attention.backends.mla.compressor_utils import get_dspark_swa_index_width
+
+    for n in (1, 5, 7, 64):
+        assert dc.dspark_index_width(128, n) == get_dspark_swa_index_width(128, n)
+
+
+@pytest.fixture
+def kernel_module(monkeypatch):
+    name = "vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_tilelang"
+    try:
+        import tilelang  # noqa: F401
+    except ImportError:
+        # stand-in (no tilelang in CPU CI): tilelang_jit leaves the kernel undecorated
+        stub = types.ModuleType("vllm.tilelang_utils")
+        stub.T = None
+        stub.tilelang_jit = lambda fn: fn
+        monkeypatch.setitem(sys.modules, "vllm.tilelang_utils", stub)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module(name)
+
+
+def test_compile_keys(kernel_module):
+    owner = kernel_module.DSparkDraftAttnTileLangKernel()
+    page = dc.fp8_ds_mla_page_bytes(64)
+    kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
+    (k90,) = owner.get_warmup_keys(**kw, capability=(9, 0))
+    (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))
+    assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads) == (192, 8, 64, 256)
+    assert (k120.heads_per_cta, k120.block_kv, k120.threads) == (4, 32, 128)
+    assert k90 != k120 and hash(k90) != hash(k120)
+    inputs = owner.warmup_inputs(k90)
+    assert inputs["compile_key"] == k90
+    assert inputs["q"].shape == (1, 5, 16, 512) and inputs["out"].shape == (1, 5, 16, 512)
+    assert inputs["indices"].shape == (1, 5, 192) and inputs["lens"].shape == (1, 5)
+    assert inputs["kv_fp8"].shape == (1, page) and inputs["kv_bf16"].shape == (1, page // 2)
+    assert inputs["kv_fp8"].dtype == torch.float8_e4m3fn and inputs["attn_sink"].shape == (16,)
+    # one key per (heads, N, arch class): 8 keys for the four TP sizes x N in {5, 7} on SM90
+    keys = {
+        owner.dispatch(
+            num_heads=h, num_queries=n, width=192, block_size=64, page_bytes=page, scale=512**-0.5, capability=(9, 0)
+        )
+        for h in (64, 32, 16, 8)
+        for n in (5, 7)
+    }
+    assert len(keys) == 8
+
+
+def test_wrapper_shapes_and_page_views(kernel_module):
+    pool = torch.zeros(3, dc.fp8_ds_mla_page_bytes(64), dtype=torch.uint8)
+    as_3d = torch.as_strided(pool, (3, 64, 584), (37_440, 584, 1))  # the SWA cache's own view
+    f8, u8, bf = kernel_module.page_views(as_3d, 37_440)
+    assert f8.shape == (3, 37_440) and bf.shape == (3, 18_720)
+    assert f8.data_ptr() == u8.data_ptr() == bf.data_ptr() == pool.data_ptr()
+    with pytest.raises(ValueError, match="page stride"):
+        kernel_module.page_views(as_3d, 37_376)
+    q = torch.zeros(7, 8, 512, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="whole requests"):
+        kernel_module.dspark_draft_attention(
+            q,
+            pool,
+            torch.zeros(7, 1, 192, dtype=torch.int32),
+            torch.zeros(7, dtype=torch.int32),
+            torch.zeros(8),
+            torch.empty_like(q),
+            num_queries=5,
+            scale=1.0,
+            block_size=64,
+            page_bytes=37_440,
+            capability=(9, 0),
+        )

@@ -142,6 +142,29 @@ def test_smoke_installs_into_a_fresh_venv_and_checks_the_patched_file(tmp_path, 
         smoke_wheel.smoke(stale, patched_tree)
 
 
+def test_smoke_skips_a_module_guarded_by_another_targets_package(tmp_path, patched_tree):
+    """A kernel module that needs a CUDA-only package (tilelang, from requirements/cuda.txt)
+    raises vLLM's own ImportError in a CPU wheel's venv: skipped with the reason. Any other
+    ImportError stays a problem."""
+    version = "0.34.0+dspark.1.empty"
+    init = f"__version__ = '{version}'\n".encode()
+    guard = b"raise ImportError('nopkgxyz is required for this kernel but is not installed.')\n"
+    (patched_tree / "requirements").mkdir()
+    (patched_tree / "requirements" / "cuda.txt").write_text("nopkgxyz==0.1.12  # the kernels' JIT\n")
+    (patched_tree / "vllm" / "kernel.py").write_bytes(guard)
+    git(patched_tree, "add", "-A")
+    git(patched_tree, "commit", "-qm", "[Kernel] guarded")
+    files = {"vllm/__init__.py": init, "vllm/sampler.py": b"def sample():\n    return 'patched'\n",
+             "vllm/kernel.py": guard}
+    wheel = make_wheel(tmp_path / "w" / f"vllm-{version}-py3-none-any.whl", version, files,
+                       tag="py3-none-any", purelib=True)
+    result = smoke_wheel.smoke(wheel, patched_tree)
+    assert any("needs nopkgxyz (another target's requirement)" in s for s in result["skipped"])
+    (patched_tree / "requirements" / "cuda.txt").write_text("\n")  # no longer another target's package
+    with pytest.raises(CIError, match="ImportError: nopkgxyz is required"):
+        smoke_wheel.smoke(wheel, patched_tree)
+
+
 # --- upstream test selection ---------------------------------------------------------------------------
 
 def test_import_detection():

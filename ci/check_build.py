@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -58,9 +57,7 @@ def problems(tree: Path) -> list[str]:
         installed = json.loads(stamp.read_text())
     except (OSError, ValueError):
         return [*out, f"{stamp}: ci/install.py left no install record in this environment"]
-    code = "import vllm; print(vllm.__file__); print(vllm.__version__)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
-                          env=dict(os.environ, VLLM_TARGET_DEVICE="cpu"))
+    proc = install.imported_vllm()
     if proc.returncode:
         return [*out, f"import vllm failed: {proc.stderr.strip().splitlines()[-1:]}"]
     file, version = proc.stdout.strip().splitlines()[-2:]

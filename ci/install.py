@@ -180,6 +180,13 @@ def stamp_path() -> Path:
     return Path(sys.prefix) / STAMP
 
 
+def imported_vllm() -> subprocess.CompletedProcess:
+    """`import vllm` in this interpreter, outside the project: stdout ends with its file and version."""
+    code = "import vllm; print(vllm.__file__); print(vllm.__version__)"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, VLLM_TARGET_DEVICE="cpu"), cwd="/")
+
+
 def installed_matches(stamp: dict) -> bool:
     try:
         old = json.loads(stamp_path().read_text())
@@ -187,9 +194,7 @@ def installed_matches(stamp: dict) -> bool:
         return False
     if old != stamp:
         return False
-    code = "import vllm; print(vllm.__file__); print(vllm.__version__)"
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=dict(os.environ, VLLM_TARGET_DEVICE="cpu"), cwd="/")
+    p = imported_vllm()
     if p.returncode:
         return False
     file, version = p.stdout.strip().splitlines()[-2:]

@@ -352,7 +352,10 @@ def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way:
             head = git.rev(tree, "HEAD")
             ok, output = _am(tree, [stuck.path], three_way=True)
             if ok:
-                results.append(_three_way_result(tree, stuck, head))
+                # git am says "No changes -- Patch already applied" and makes no commit when the
+                # merge changes nothing: then HEAD is still `head` and dropped_hunks says "all"
+                dropped = hunks.dropped_hunks(tree, head, git.rev(tree, "HEAD"), stuck.path.read_text(errors="replace"))
+                results.append(three_way_verdict(stuck, dropped))
                 _sync(tree, patches, results)
                 save()
                 continue
@@ -371,23 +374,19 @@ def run_series(tree: Path, patches: list[Patch], results: list[dict], three_way:
     return True
 
 
-def _three_way_result(tree: Path, patch: Patch, before: str) -> dict:
-    """What a successful ``git am --3way`` of ``patch`` on ``before`` did: nothing (git am says
-    "No changes -- Patch already applied" and makes no commit: the patch is upstream, dropped
-    from the stack), some hunks (upstream had the rest), or all of it."""
-    text = patch.path.read_text(errors="replace")
-    after = git.rev(tree, "HEAD")
-    if after == before:
+def three_way_verdict(patch: Patch, dropped: list[str] | str, commit: str | None = None) -> dict:
+    """The result of a 3-way apply of ``patch``, from what it left out (hunks.dropped_hunks):
+    nothing changed ("all": upstream has the patch, no commit, --export drops it), some hunks
+    left out (upstream has those; --export writes the patch without them), or none."""
+    if dropped == "all":
         return _result(patch, "already-upstream", how="3-way no-op",
                        details=["a 3-way merge leaves the tree as it was: upstream has every change; "
-                                "not carried any more (no commit); --export drops it from patches/"])
-    dropped = hunks.dropped_hunks(tree, before, after, text)
-    if dropped and dropped != "all":
-        return _result(patch, "partly-upstream", how="3-way dropped hunks", three_way=True,
+                                "not carried any more (no commit)"])
+    if dropped:
+        return _result(patch, "partly-upstream", commit=commit, how="3-way dropped hunks", three_way=True,
                        hunks_upstream=[{"hunk": d, "how": "3-way dropped it"} for d in dropped],
-                       details=[f"already upstream (3-way dropped it): {d}" for d in dropped]
-                       + ["--export writes the patch without them"])
-    return _result(patch, "applied-3way")
+                       details=[f"already upstream (3-way dropped it): {d}" for d in dropped])
+    return _result(patch, "applied-3way", commit=commit)
 
 
 def _commits(tree: Path) -> list[str]:

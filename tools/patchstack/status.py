@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from . import git, hunks, ledger, overlay, presence, provenance
-from .apply import Project, _result, load_series
+from .apply import Project, _result, load_series, three_way_verdict
 from .series import Patch, status_word
 from .sources import Base, bases_repo
 
@@ -118,13 +118,7 @@ def classify(scratch: ScratchTree, patch: Patch, moved=None) -> dict:
         dropped = hunks.dropped_hunks(scratch.repo, before, scratch.commit, text)
         if dropped == "all":
             scratch.commit = before  # no empty commit: nothing of the patch is left to carry
-            return _result(patch, "already-upstream", how="3-way no-op",
-                           details=["a 3-way merge leaves the tree as it was: upstream has every change"])
-        if dropped:
-            return _result(patch, "partly-upstream", commit=scratch.commit, how="3-way dropped hunks",
-                           hunks_upstream=[{"hunk": d, "how": "3-way dropped it"} for d in dropped],
-                           three_way=True, details=[f"already upstream (3-way dropped it): {d}" for d in dropped])
-        return _result(patch, "applied-3way", commit=scratch.commit)
+        return three_way_verdict(patch, dropped, commit=scratch.commit if dropped != "all" else None)
     details = [hunks.missing_target(m) for m in missing]
     for h in failing:
         details += [f"{h['file']}: {h['hunk']}", f"    {h['mismatch']}"]

@@ -8,9 +8,14 @@ from upstream's own DSpark index kernel (`_COMPUTE_DSPARK_NONCAUSAL_SWA_INDICES_
 
     python benchmarks/dspark_draft_attn/draft_attn_gpu.py check --json out.json
     python benchmarks/dspark_draft_attn/draft_attn_gpu.py bench --json out.json
+    python benchmarks/dspark_draft_attn/draft_attn_gpu.py sweep --json out.json
     python benchmarks/dspark_draft_attn/draft_attn_gpu.py all --json out.json [--quick]
 
-`check` exits 1 on any wrong result. Used by ci/selfcheck_dspark_draft_attn.py (SM120
+`check` exits 1 on any wrong result. `sweep` times every candidate tile configuration
+(SWEEP_CONFIGS) per (R, heads), each checked against the reference first: the data
+select_tile_config's choices come from. `all` runs check, bench and sweep, in that order,
+after compiling every kernel they need in parallel processes (TileLang's disk cache then
+serves the runs). Used by ci/selfcheck_dspark_draft_attn.py (SM120
 operators) and by the GPU harness stage.
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 import traceback
@@ -249,6 +255,99 @@ def run_kernel(b: Batch, out: torch.Tensor, capability: tuple[int, int] | None =
         block_size=BS,
         page_bytes=PAGE,
         capability=capability,
+    )
+
+
+def compile_key(h: int, n: int, cfg: dc.TileConfig) -> Any:
+    return dk.DSparkDraftAttnTileLangKernel.CompileKey(
+        num_heads=h,
+        num_queries=n,
+        width=width_for(n),
+        block_size=BS,
+        page_bytes=PAGE,
+        scale=float(SCALE),
+        heads_per_cta=cfg.heads_per_cta,
+        block_kv=cfg.block_kv,
+        threads=cfg.threads,
+        num_stages=cfg.num_stages,
+    )
+
+
+def run_kernel_cfg(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> torch.Tensor:
+    """The kernel with a given tile configuration (the sweep), not select_tile_config's."""
+    h = b.q.shape[1]
+    r = b.q.shape[0] // b.n
+    kv_fp8, kv_i64, kv_bf16 = dk.page_views(b.pool, PAGE)
+    dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL(
+        q=b.q.view(r, b.n, h, D),
+        kv_fp8=kv_fp8,
+        kv_i64=kv_i64,
+        kv_bf16=kv_bf16,
+        indices=b.idx.view(r, b.n, b.width),
+        lens=b.lens.view(r, b.n),
+        attn_sink=b.sink,
+        out=out.view(r, b.n, h, D),
+        compile_key=compile_key(h, b.n, cfg),
+    )
+    return out
+
+
+# Candidate CTA shapes (heads_per_cta, block_kv, threads, num_stages) that satisfy
+# select_tile_config's rules (>= 8 score columns per warp, <= 128 accumulator floats per
+# thread at N <= 7); (8, 64, 256, 1) is the default shape without the pipeline.
+SWEEP_CONFIGS = tuple(
+    dc.TileConfig(*c)
+    for c in (
+        (8, 64, 256, 2),
+        (8, 64, 256, 1),
+        (4, 64, 256, 2),
+        (2, 64, 256, 2),
+        (4, 64, 128, 2),
+        (2, 64, 128, 2),
+        (4, 32, 128, 2),
+        (4, 32, 128, 1),
+        (2, 32, 128, 2),
+    )
+)
+SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))
+
+
+def _compile_one(key: Any) -> tuple[str, float, str]:
+    t0 = time.time()
+    try:
+        dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.compile(key)
+        return repr(key), time.time() - t0, ""
+    except Exception as e:  # noqa: BLE001 - reported; the run itself will fail on it too
+        return repr(key), time.time() - t0, f"{type(e).__name__}: {str(e)[:300]}"
+
+
+def precompile(what: str, quick: bool, procs: int) -> dict[str, Any]:
+    """Compile every kernel the run needs in parallel processes, so the runs load them from
+    TileLang's disk cache instead of compiling one after another (~7 s each on the H200)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    cap = torch.cuda.get_device_capability(0)
+    keys = []
+    if what in ("check", "bench", "all"):
+        for h in (64, 32, 16, 8):
+            for n in (5, 7):
+                keys.append(compile_key(h, n, dc.select_tile_config(h, n, cap)))
+        if cap[0] != 12:
+            for h, n in ((64, 5), (8, 7), (16, 5)):
+                keys.append(compile_key(h, n, dc.select_tile_config(h, n, (12, 0))))
+    if what in ("sweep", "all") and not quick:
+        keys += [compile_key(h, 5, c) for h in (64, 16) for c in SWEEP_CONFIGS]
+    keys = list(dict.fromkeys(keys))
+    t0 = time.time()
+    with cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn")) as ex:
+        done = list(ex.map(_compile_one, keys))
+    return dict(
+        keys=len(keys),
+        procs=procs,
+        seconds=round(time.time() - t0, 1),
+        errors=[d for d in done if d[2]],
+        compile_s=[round(d[1], 1) for d in done],
     )
 
 
@@ -514,6 +613,39 @@ def benchmark(quick: bool = False, on_row=None) -> dict[str, Any]:
     return dict(rows=rows, floor_bandwidth_Bps=HBM_BYTES_PER_S)
 
 
+def sweep(on_row=None) -> dict[str, Any]:
+    """Every SWEEP_CONFIGS shape per (R, heads), N=5, cold L2, each checked first."""
+    from triton.testing import do_bench
+
+    rows = []
+    for r, h in SWEEP_SIZES:
+        b = make_batch(r, h, 5, 3000 + r + h, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+        ref = reference(b)
+        row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), configs=[])
+        for cfg in SWEEP_CONFIGS:
+            out = torch.empty_like(b.q)
+            entry: dict[str, Any] = dict(cfg.__dict__)
+            try:
+                run_kernel_cfg(b, out, cfg)
+                sync()
+                entry["ok"] = compare(out, ref, b.lens)["ok"]
+                fn = lambda b=b, out=out, cfg=cfg: run_kernel_cfg(b, out, cfg)  # noqa: E731
+                entry["cold_us"] = 1000.0 * do_bench(fn, warmup=5, rep=30)
+                entry["cold_us_again"] = 1000.0 * do_bench(fn, warmup=5, rep=30)
+            except Exception as e:  # noqa: BLE001 - a config that fails to build or run
+                entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            row["configs"].append(entry)
+        timed = [c for c in row["configs"] if c.get("ok")]
+        if timed:
+            best = min(timed, key=lambda c: c["cold_us"])
+            row["best"] = {k: best[k] for k in ("heads_per_cta", "block_kv", "threads", "num_stages", "cold_us")}
+        rows.append(row)
+        print(json.dumps({k: row[k] for k in ("R", "H", "floor_us")} | {"best": row.get("best")}), file=sys.stderr)
+        if on_row is not None:
+            on_row(rows)
+    return dict(rows=rows)
+
+
 def env_info() -> dict[str, Any]:
     import tilelang
     import triton
@@ -535,9 +667,11 @@ def env_info() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("check", "bench", "all"))
+    ap.add_argument("what", choices=("check", "bench", "sweep", "all"))
     ap.add_argument("--json", help="write the report here")
-    ap.add_argument("--quick", action="store_true", help="smaller matrix")
+    ap.add_argument("--quick", action="store_true", help="smaller matrix, no sweep")
+    ap.add_argument("--compile-procs", type=int, default=min(16, os.cpu_count() or 1),
+                    help="parallel compile processes before the runs (0: compile as they go)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
@@ -550,6 +684,10 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(rep, f, indent=1, default=str)
 
     rc = 0
+    if a.compile_procs > 0:
+        rep["precompile"] = pc = precompile(a.what, a.quick, a.compile_procs)
+        print(f"precompiled {pc['keys']} kernels in {pc['seconds']} s ({len(pc['errors'])} errors)", flush=True)
+        save()
     if a.what in ("check", "all"):
         t0 = time.time()
         rep["correctness"] = cm = correctness_matrix(
@@ -576,9 +714,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"step(3L graph) {row['tilelang_step_3layers_graph_us']:7.1f} vs "
                 f"{row.get('triton_step_3layers_graph_us', float('nan')):7.1f} us"
             )
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rep, f, indent=1, default=str)
+        save()
+    if a.what == "sweep" or (a.what == "all" and not a.quick):
+        rep["sweep"] = sweep(on_row=lambda rows: (rep.update(sweep=dict(rows=rows)), save()))
+        for row in rep["sweep"]["rows"]:
+            print(f"R={row['R']:4d} H={row['H']:2d}  floor {row['floor_us']:6.1f} us  best {row.get('best')}")
+    save()
     return rc
 
 

@@ -45,6 +45,16 @@ KNOWN_COMPILED = {
     # imports; vllm.v1.worker.utils reaches it through the attention layers (dspark's modules)
     "vllm.vllm_flash_attn._vllm_fa2_C": "vllm.vllm_flash_attn refuses to import without it",
 }
+# Third-party packages vLLM's config imports that a stage may not carry (the tilelang stage
+# cannot: vllm-config-deps' apache-tvm-ffi clashes with tilelang's). Discovery starts with
+# them and keeps only those a successful import round served: each seeded one saves a fresh
+# import of vLLM (~30 s on the H200, 2026-12-03), and a carried wheel still wins (the
+# finder is last on sys.meta_path).
+KNOWN_PACKAGES = {
+    "cbor2": "vllm.utils.hashing imports it at load",
+    "llguidance": "vllm.config's structured-output imports",
+    "xgrammar": "vllm.config's structured-output imports",
+}
 
 
 class _AnyMeta(type):
@@ -182,7 +192,7 @@ def _try_imports(modules: list[str]) -> dict:
             return {"module": module, "missing": e.name or "", "error": f"{type(e).__name__}: {e}"}
         except Exception as e:  # noqa: BLE001 - reported; the stage will show it too
             return {"module": module, "missing": None, "error": f"{type(e).__name__}: {e}"}
-    return {}
+    return {"served": SERVED}
 
 
 def discover(tree: Path, modules: list[str], rounds: int = 30) -> dict:
@@ -190,9 +200,12 @@ def discover(tree: Path, modules: list[str], rounds: int = 30) -> dict:
     stand-in (a compiled vllm module the tree has no source for, or a third-party package)
     and the imports are retried, until they import or fail for another reason."""
     compiled = _env_set("GPU_STANDIN_COMPILED") | {m for m in KNOWN_COMPILED if not _has_source(tree, m)}
-    packages = _env_set("GPU_STANDIN_PACKAGES")
+    seeded = set(KNOWN_PACKAGES) - _env_set("GPU_STANDIN_PACKAGES")
+    packages = _env_set("GPU_STANDIN_PACKAGES") | seeded
     failure: dict = {}
-    for _ in range(rounds):
+    done = 0
+    while done < rounds:
+        done += 1
         env = {**os.environ, "GPU_STANDIN_COMPILED": ",".join(sorted(compiled)),
                "GPU_STANDIN_PACKAGES": ",".join(sorted(packages))}
         proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu.standins", "try", *modules],
@@ -202,10 +215,13 @@ def discover(tree: Path, modules: list[str], rounds: int = 30) -> dict:
         except (ValueError, IndexError):
             failure = {"error": f"import probe exited {proc.returncode}: {proc.stderr[-1000:]}"}
             break
+        if "served" in failure:  # every module imported
+            served_tops = {name.split(".")[0] for name in failure.pop("served")}
+            packages -= seeded - served_tops
+            failure = {}
+            break
         missing = failure.get("missing") or ""
         top = missing.split(".")[0]
-        if not failure:
-            break
         if missing.startswith("vllm.") and not _has_source(tree, missing) and missing not in compiled:
             compiled.add(missing)
         elif top and top not in NEVER and top not in packages:
@@ -215,7 +231,7 @@ def discover(tree: Path, modules: list[str], rounds: int = 30) -> dict:
     return {"compiled_vllm_modules": sorted(compiled), "packages": sorted(packages),
             "c_ops": [f"torch.ops._C.{n}" for n in C_CAPABILITY_QUERIES]
             if os.environ.get("GPU_STANDIN_C_OPS") == "1" else [],
-            "import_failure": failure or None}
+            "import_failure": failure or None, "import_rounds": done}
 
 
 if __name__ == "__main__":

@@ -244,3 +244,23 @@ def git_bytes(cwd: Path, *args: str) -> bytes:
     import subprocess
 
     return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True).stdout
+
+
+def test_standin_discovery_keeps_only_the_seeded_packages_an_import_needed(tmp_path, monkeypatch):
+    """Seeded packages (standins.KNOWN_PACKAGES) spare discovery a round each; a seeded one no
+    import reaches is dropped, so the run's list names only what was stood in. Real fresh
+    interpreters import a real module that lacks two packages, one seeded and one not."""
+    from benchmarks.gpu import standins
+
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "needs_two.py").write_text("import zz_seeded_needed\nimport zz_unseeded_missing\n")
+    monkeypatch.setattr(standins, "KNOWN_PACKAGES", {"zz_seeded_needed": "t", "zz_seeded_unused": "t"})
+    repo_root = Path(standins.__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", f"{mods}:{repo_root}")
+    for var in ("GPU_STANDIN_COMPILED", "GPU_STANDIN_PACKAGES"):
+        monkeypatch.delenv(var, raising=False)
+    found = standins.discover(tmp_path / "tree", ["needs_two"])
+    assert found["import_failure"] is None
+    assert found["packages"] == ["zz_seeded_needed", "zz_unseeded_missing"]
+    assert found["import_rounds"] == 2  # the seeded package cost no round of its own

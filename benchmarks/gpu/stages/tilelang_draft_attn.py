@@ -42,7 +42,7 @@ STAGE = Stage(
     name="tilelang_draft_attn",
     doc=__doc__,
     run=run,
-    time_cap_s=420,
+    time_cap_s=500,
     # not vllm-config-deps: its apache-tvm-ffi wheel would clash with the one tilelang brings
     needs=("tilelang", "vllm-sampler-deps"),
     imports=(

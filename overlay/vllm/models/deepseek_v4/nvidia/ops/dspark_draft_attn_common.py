@@ -11,7 +11,7 @@ fp8_ds_mla page (block_size tokens, page stride padded to 576 B): token t's
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -37,16 +37,22 @@ def padded_rows(num_queries: int, heads_per_cta: int) -> int:
     return -(-num_queries * heads_per_cta // 16) * 16
 
 
-def smem_bytes(num_queries: int, heads_per_cta: int, block_kv: int) -> int:
-    """Shared memory the kernel allocates: Q, a bf16 KV tile, its raw fp8 bytes
-    and scale bytes, P, slots, lens."""
+def smem_bytes(
+    num_queries: int, heads_per_cta: int, block_kv: int, num_stages: int = 1
+) -> int:
+    """Shared memory the kernel allocates: Q, the bf16 KV tile, P, lens and the
+    live mask once; per pipeline stage the tile's slots, raw e4m3 bytes, scale
+    words and RoPE values; 2 KiB of reduction workspace."""
     m = padded_rows(num_queries, heads_per_cta)
+    per_stage = block_kv * (4 + NOPE_DIM + SCALE_BYTES_PER_TOKEN + 2 * ROPE_DIM)
     return (
         2 * m * HEAD_DIM
         + 2 * block_kv * HEAD_DIM
-        + block_kv * (NOPE_DIM + SCALE_BYTES_PER_TOKEN)
         + 2 * m * block_kv
-        + 4 * (block_kv + m)
+        + 4 * m
+        + block_kv
+        + max(num_stages, 1) * per_stage
+        + 2048
     )
 
 
@@ -55,6 +61,7 @@ class TileConfig:
     heads_per_cta: int
     block_kv: int
     threads: int
+    num_stages: int = 2
 
 
 def select_tile_config(
@@ -65,13 +72,14 @@ def select_tile_config(
     Both GEMMs split their N dimension over all warps (FullCol), so a warp
     needs block_kv // num_warps >= 8 columns (mma.sync n8), and the fp32
     output accumulator, padded_rows * 512 / threads floats per thread, must
-    stay <= 128 to avoid spills.
+    stay <= 128 to avoid spills.  Two pipeline stages (the next tile's bytes
+    gathered during this tile's math) where they fit, else one.
 
     SM90 (measured on the H200): heads_per_cta=8, block_kv=64, threads=256.
     SM12x: heads_per_cta=4, block_kv=32, threads=128, chosen only to fit
-    101,376 B of shared memory per block (about 66 KB used) and the rules
-    above; these values are UNTESTED on SM120/SM121 hardware (none was
-    available): run the self-check there first.
+    101,376 B of shared memory per block and the rules above; these values
+    are UNTESTED on SM120/SM121 hardware (none was available): run the
+    self-check there first.
     """
     if num_heads % 8 != 0:
         raise ValueError(f"num_heads must be a multiple of 8, got {num_heads}")
@@ -85,8 +93,14 @@ def select_tile_config(
         padded_rows(num_queries, cfg.heads_per_cta) * HEAD_DIM // cfg.threads > 128
         and cfg.heads_per_cta > 1
     ):
-        cfg = TileConfig(cfg.heads_per_cta // 2, cfg.block_kv, cfg.threads)
-    if smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv) > budget:
+        cfg = replace(cfg, heads_per_cta=cfg.heads_per_cta // 2)
+    while (
+        smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages)
+        > budget
+        and cfg.num_stages > 1
+    ):
+        cfg = replace(cfg, num_stages=cfg.num_stages - 1)
+    if smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv, 1) > budget:
         raise ValueError(
             f"no tile for num_queries={num_queries} fits {budget} B of shared memory"
         )

@@ -48,7 +48,7 @@ from vllm.tilelang_utils import T, tilelang_jit
 def dspark_draft_attn_tilelang(
     q,
     kv_fp8,
-    kv_u8,
+    kv_i64,
     kv_bf16,
     indices,
     lens,
@@ -63,6 +63,7 @@ def dspark_draft_attn_tilelang(
     heads_per_cta: int = 8,
     block_kv: int = 64,
     threads: int = 256,
+    num_stages: int = 2,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -73,32 +74,39 @@ def dspark_draft_attn_tilelang(
     num_blocks = T.dynamic("num_blocks")
     rows = num_queries * heads_per_cta
     m_pad = padded_rows(num_queries, heads_per_cta)
-    n_tiles = -(-width // block_kv)
+    # Index positions t * block_kv + j of a live tile stay inside the row.
+    assert width % block_kv == 0, (width, block_kv)
     scale_log2 = scale * LOG2E
     scale_off = block_size * TOKEN_DATA_BYTES
+    assert SCALE_BYTES_PER_TOKEN == 8 and scale_off % 8 == 0 and page_bytes % 8 == 0
     page_words = page_bytes // 2
     tok_words = TOKEN_DATA_BYTES // 2
 
     q: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
     kv_fp8: T.Tensor[[num_blocks, page_bytes], T.float8_e4m3fn]  # type: ignore[no-redef,valid-type]
-    kv_u8: T.Tensor[[num_blocks, page_bytes], T.uint8]  # type: ignore[no-redef,valid-type]
+    kv_i64: T.Tensor[[num_blocks, page_bytes // 8], T.int64]  # type: ignore[no-redef,valid-type]
     kv_bf16: T.Tensor[[num_blocks, page_words], T.bfloat16]  # type: ignore[no-redef,valid-type]
     indices: T.Tensor[[num_reqs, num_queries, width], T.int32]  # type: ignore[no-redef,valid-type]
     lens: T.Tensor[[num_reqs, num_queries], T.int32]  # type: ignore[no-redef,valid-type]
     attn_sink: T.Tensor[[num_heads], T.float32]  # type: ignore[no-redef,valid-type]
     out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
 
-    with T.Kernel(num_reqs, num_heads // heads_per_cta, threads=threads) as (
-        rid,
+    # Head groups of one request are adjacent in launch order, so the request's
+    # KV tiles are still in L2 when its other groups gather them.
+    with T.Kernel(num_heads // heads_per_cta, num_reqs, threads=threads) as (
         gid,
+        rid,
     ):
         q_s = T.alloc_shared([m_pad, HEAD_DIM], T.bfloat16)
         k_s = T.alloc_shared([block_kv, HEAD_DIM], T.bfloat16)
         p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
         slot_s = T.alloc_shared([block_kv], T.int32)
         fp8_s = T.alloc_shared([block_kv, NOPE_DIM], T.float8_e4m3fn)
-        scale_s = T.alloc_shared([block_kv, SCALE_BYTES_PER_TOKEN], T.uint8)
+        # A token's 8 scale bytes as one word: one 8-byte async copy per token.
+        scale_s = T.alloc_shared([block_kv], T.int64)
+        rope_s = T.alloc_shared([block_kv, ROPE_DIM], T.bfloat16)
         len_s = T.alloc_shared([m_pad], T.int32)
+        live_s = T.alloc_shared([block_kv], T.bool)
 
         acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
         acc_o = T.alloc_fragment([m_pad, HEAD_DIM], T.float32)
@@ -116,6 +124,7 @@ def dspark_draft_attn_tilelang(
             if lens[rid, n] > max_len:
                 max_len = lens[rid, n]
                 src_row = n
+        live_len = T.min(max_len, width)
 
         # Row m of the CTA is query m // heads_per_cta, head m % heads_per_cta.
         for m, d in T.Parallel(m_pad, HEAD_DIM):
@@ -137,54 +146,71 @@ def dspark_draft_attn_tilelang(
         T.fill(l_i, 0)
         T.fill(m_i, _NEG_LARGE)
 
-        for t in T.serial(T.min(T.ceildiv(max_len, block_kv), n_tiles)):
-            for j in T.Parallel(block_kv):
-                slot_s[j] = T.if_then_else(
-                    t * block_kv + j < T.min(max_len, width),
-                    indices[rid, src_row, T.min(t * block_kv + j, width - 1)],
-                    -1,
-                )
-            # Gather the tile's raw bytes with plain copies (no dependence
-            # between them, so all loads are in flight at once), then
+        # num_stages > 1: the raw bytes of the next tiles are gathered while
+        # this one is dequantised and multiplied (software pipeline).
+        for t in T.Pipelined(T.ceildiv(live_len, block_kv), num_stages=num_stages):
+            # Gather the tile's raw bytes straight from the index row (slots
+            # past the live length read slot 0 and are masked below), then
             # dequantise in shared memory, once for every row of the CTA.
+            # Plain copies, so the pipeline issues them as async copies.
+            for j in T.Parallel(block_kv):
+                slot_s[j] = indices[rid, src_row, t * block_kv + j]
             for j, d in T.Parallel(block_kv, NOPE_DIM):
-                live_slot = T.max(slot_s[j], 0)
+                live_slot = T.if_then_else(
+                    t * block_kv + j < live_len,
+                    T.max(indices[rid, src_row, t * block_kv + j], 0),
+                    0,
+                )
                 fp8_s[j, d] = kv_fp8[
                     live_slot // block_size,
                     (live_slot % block_size) * TOKEN_DATA_BYTES + d,
                 ]
-            for j, c in T.Parallel(block_kv, SCALE_BYTES_PER_TOKEN):
-                live_slot = T.max(slot_s[j], 0)
-                scale_s[j, c] = kv_u8[
-                    live_slot // block_size,
-                    scale_off + (live_slot % block_size) * SCALE_BYTES_PER_TOKEN + c,
+            for j in T.Parallel(block_kv):
+                live_slot = T.if_then_else(
+                    t * block_kv + j < live_len,
+                    T.max(indices[rid, src_row, t * block_kv + j], 0),
+                    0,
+                )
+                scale_s[j] = kv_i64[
+                    live_slot // block_size, scale_off // 8 + live_slot % block_size
                 ]
             for j, d in T.Parallel(block_kv, ROPE_DIM):
-                live_slot = T.max(slot_s[j], 0)
-                k_s[j, NOPE_DIM + d] = kv_bf16[
+                live_slot = T.if_then_else(
+                    t * block_kv + j < live_len,
+                    T.max(indices[rid, src_row, t * block_kv + j], 0),
+                    0,
+                )
+                rope_s[j, d] = kv_bf16[
                     live_slot // block_size,
                     (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
                 ]
+            for j in T.Parallel(block_kv):
+                live_s[j] = (t * block_kv + j < live_len) & (slot_s[j] >= 0)
             # Dead slots become zeros so 0 * garbage cannot give NaN in P @ V.
             for j, d in T.Parallel(block_kv, NOPE_DIM):
                 k_s[j, d] = T.if_then_else(
-                    slot_s[j] >= 0,
+                    live_s[j],
                     T.cast(
                         T.cast(fp8_s[j, d], T.float32)
                         * T.exp2(
-                            T.cast(scale_s[j, d // QUANT_BLOCK], T.float32) - 127.0
+                            T.cast(
+                                (scale_s[j] >> (8 * (d // QUANT_BLOCK))) & 255,
+                                T.float32,
+                            )
+                            - 127.0
                         ),
                         T.bfloat16,
                     ),
                     T.cast(0, T.bfloat16),
                 )
             for j, d in T.Parallel(block_kv, ROPE_DIM):
-                if slot_s[j] < 0:
-                    k_s[j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
+                k_s[j, NOPE_DIM + d] = T.if_then_else(
+                    live_s[j], rope_s[j, d], T.cast(0, T.bfloat16)
+                )
 
             for m, j in T.Parallel(m_pad, block_kv):
                 acc_s[m, j] = T.if_then_else(
-                    (t * block_kv + j < len_s[m]) & (slot_s[j] >= 0),
+                    (t * block_kv + j < len_s[m]) & live_s[j],
                     0,
                     -T.infinity(T.float32),
                 )
@@ -237,6 +263,7 @@ class DSparkDraftAttnTileLangKernel(
         heads_per_cta: int
         block_kv: int
         threads: int
+        num_stages: int
 
     @staticmethod
     def kernel() -> Any:
@@ -264,6 +291,7 @@ class DSparkDraftAttnTileLangKernel(
             heads_per_cta=cfg.heads_per_cta,
             block_kv=cfg.block_kv,
             threads=cfg.threads,
+            num_stages=cfg.num_stages,
         )
 
     def get_warmup_keys(
@@ -298,7 +326,7 @@ class DSparkDraftAttnTileLangKernel(
                 torch.bfloat16, 1, key.num_queries, key.num_heads, HEAD_DIM
             ),
             kv_fp8=make_tilelang_warmup_tensor(torch.float8_e4m3fn, 1, page),
-            kv_u8=make_tilelang_warmup_tensor(torch.uint8, 1, page),
+            kv_i64=make_tilelang_warmup_tensor(torch.int64, 1, page // 8),
             kv_bf16=make_tilelang_warmup_tensor(torch.bfloat16, 1, page // 2),
             indices=make_tilelang_warmup_tensor(torch.int32, 1, n_tok, key.width),
             lens=make_tilelang_warmup_tensor(torch.int32, 1, n_tok),
@@ -314,7 +342,7 @@ class DSparkDraftAttnTileLangKernel(
         self,
         q: Any,
         kv_fp8: Any,
-        kv_u8: Any,
+        kv_i64: Any,
         kv_bf16: Any,
         indices: Any,
         lens: Any,
@@ -326,7 +354,7 @@ class DSparkDraftAttnTileLangKernel(
         return (), (
             q,
             kv_fp8,
-            kv_u8,
+            kv_i64,
             kv_bf16,
             indices,
             lens,
@@ -341,6 +369,7 @@ class DSparkDraftAttnTileLangKernel(
             key.heads_per_cta,
             key.block_kv,
             key.threads,
+            key.num_stages,
         )
 
 
@@ -350,11 +379,11 @@ _DSPARK_DRAFT_ATTN_TILELANG_KERNEL = DSparkDraftAttnTileLangKernel()
 def page_views(
     swa_cache: torch.Tensor, page_bytes: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """fp8 / uint8 / bf16 views of the paged SWA cache, one row per page.
+    """e4m3 / int64 / bf16 views of the paged SWA cache, one row per page.
 
-    The three views alias the same bytes; the kernel reads NoPE bytes as e4m3,
-    scale bytes as uint8 and RoPE values as bf16, so no bit tricks are needed
-    and e4m3 zeros and subnormals convert exactly.
+    The three views alias the same bytes; the kernel reads NoPE bytes as e4m3
+    (so e4m3 zeros and subnormals convert exactly), a token's 8 scale bytes as
+    one int64 word and RoPE values as bf16.
     """
     num_blocks = swa_cache.shape[0]
     if swa_cache.dtype != torch.uint8:
@@ -366,7 +395,7 @@ def page_views(
     flat = torch.as_strided(swa_cache, (num_blocks, page_bytes), (page_bytes, 1))
     return (
         flat.view(torch.float8_e4m3fn),
-        flat,
+        flat.view(torch.int64),
         flat.view(torch.bfloat16),
     )
 
@@ -415,11 +444,11 @@ def dspark_draft_attention(
     )
     if num_reqs == 0:
         return out
-    kv_fp8, kv_u8, kv_bf16 = page_views(swa_cache, page_bytes)
+    kv_fp8, kv_i64, kv_bf16 = page_views(swa_cache, page_bytes)
     _DSPARK_DRAFT_ATTN_TILELANG_KERNEL(
         q=q.view(num_reqs, num_queries, num_heads, HEAD_DIM),
         kv_fp8=kv_fp8,
-        kv_u8=kv_u8,
+        kv_i64=kv_i64,
         kv_bf16=kv_bf16,
         indices=indices.view(num_reqs, num_queries, width),
         lens=lens.view(num_reqs, num_queries),

@@ -192,6 +192,17 @@ def test_uncommitted_tree_is_refused(tree, checkout, cache):
     assert not (checkout / ".gpu-test").exists()
 
 
+def test_version_file_rewritten_by_the_editable_install_is_not_a_change(tree, checkout, cache):
+    """`bash ci/build.sh` installs build/vllm editable, which rewrites vllm/_version.py; the
+    pack still holds the committed file."""
+    committed = (tree / "vllm" / "_version.py").read_text()
+    (tree / "vllm" / "_version.py").write_text("__version__ = version = '9.9.9+dspark.1.empty'\n")
+    pack = checkout / ".gpu-test"
+    prepare.prepare([stage("plain")], tree, pack, repo=checkout, cache=cache)
+    with tarfile.open(pack / "tree.tar.xz") as tar:
+        assert tar.extractfile("vllm/_version.py").read().decode() == committed
+
+
 def test_missing_base_tag_and_missing_tree_file_are_named(tree, checkout, cache):
     with pytest.raises(prepare.PrepareError, match="tests/v1/nope.py"):
         prepare.prepare([stage("a", (), ("tests/v1/nope.py",))], tree, checkout / ".g", repo=checkout, cache=cache)

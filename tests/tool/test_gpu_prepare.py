@@ -268,7 +268,10 @@ def test_standin_discovery_keeps_only_the_seeded_packages_an_import_needed(tmp_p
     (mods / "needs_two.py").write_text("import zz_seeded_needed\nimport zz_unseeded_missing\n")
     monkeypatch.setattr(standins, "KNOWN_PACKAGES", {"zz_seeded_needed": "t", "zz_seeded_unused": "t"})
     repo_root = Path(standins.__file__).resolve().parents[2]
-    monkeypatch.setenv("PYTHONPATH", f"{mods}:{repo_root}")
+    boot = tmp_path / "boot"  # the runner's sitecustomize, which installs the finder first
+    boot.mkdir()
+    (boot / "sitecustomize.py").write_text(run.SITECUSTOMIZE)
+    monkeypatch.setenv("PYTHONPATH", f"{boot}:{mods}:{repo_root}")
     for var in ("GPU_STANDIN_COMPILED", "GPU_STANDIN_PACKAGES"):
         monkeypatch.delenv(var, raising=False)
     found = standins.discover(tmp_path / "tree", ["needs_two"])

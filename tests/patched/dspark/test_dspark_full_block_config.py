@@ -111,7 +111,7 @@ def test_other_dspark_drafts_keep_upstream_sizing():
     assert spec.speculator_config.num_lookahead_tokens == 3
 
 
-def _builder(n: int, window: int, max_tokens: int = 64):
+def _builder(n: int, window: int, max_tokens: int = 64, device: str = "cpu"):
     from transformers import PretrainedConfig
     from vllm.v1.attention.backends.mla.sparse_swa import (
         DeepseekSparseSWAMetadataBuilder,
@@ -138,7 +138,7 @@ def _builder(n: int, window: int, max_tokens: int = 64):
         model_version="deepseek_v4",
     )
     builder = DeepseekSparseSWAMetadataBuilder(
-        kv_spec, ["draft.swa"], vllm_config, torch.device("cpu")
+        kv_spec, ["draft.swa"], vllm_config, torch.device(device)
     )
     # The FlashMLA tile-scheduler planner is a compiled op; nothing here reads it.
     builder.build_tile_scheduler = lambda num_tokens: defaultdict(lambda: None)
@@ -191,17 +191,19 @@ def test_decode_threshold_admits_the_draft_block_only():
 def test_n_equal_block_builder_matches_upstream(kernel_device):
     # Upstream: threshold 1 + N, width cdiv(window + N, 64) * 64, and the
     # N-token draft block is a decode. (Passes on the unpatched tree too.)
-    builder, _ = _builder(BLOCK, window=60)
+    builder, _ = _builder(BLOCK, window=60, device=kernel_device)
     assert builder.decode_threshold == BLOCK + 1
     assert builder.noncausal_index_width == 128
-    cm, _ = _block_metadata(BLOCK, [40, 70], causal=False)
+    cm, _ = _block_metadata(BLOCK, [40, 70], causal=False, device=kernel_device)
     md = builder.build(0, cm)
     assert md.num_decode_tokens == 2 * BLOCK
     assert md.max_decode_query_len == BLOCK
     assert md.decode_swa_lens.tolist() == [40] * BLOCK + [65] * BLOCK
 
 
-def _block_metadata(num_query: int, seq_lens: list[int], causal: bool):
+def _block_metadata(num_query: int, seq_lens: list[int], causal: bool, device: str = "cpu"):
+    """Metadata as the model runner builds it: tensors on the kernels' device, the
+    *_cpu fields on the host (the Triton kernels need device tensors on a GPU)."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     num_reqs = len(seq_lens)
@@ -215,16 +217,16 @@ def _block_metadata(num_query: int, seq_lens: list[int], causal: bool):
     seq_lens_t = torch.tensor(seq_lens, dtype=torch.int32)
     return (
         CommonAttentionMetadata(
-            query_start_loc=query_start_loc,
+            query_start_loc=query_start_loc.to(device),
             query_start_loc_cpu=query_start_loc.clone(),
-            seq_lens=seq_lens_t,
+            seq_lens=seq_lens_t.to(device),
             seq_lens_cpu_upper_bound=seq_lens_t.clone(),
             num_reqs=num_reqs,
             num_actual_tokens=num_reqs * num_query,
             max_query_len=num_query,
             max_seq_len=max(seq_lens),
-            block_table_tensor=block_table,
-            slot_mapping=torch.tensor(slots, dtype=torch.int64),
+            block_table_tensor=block_table.to(device),
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
             causal=causal,
         ),
         block_table,
@@ -235,9 +237,9 @@ def test_build_treats_the_full_draft_block_as_decode(kernel_device):
     """N = 3, block 5, window 60: two draft requests of 5 query tokens take the
     non-causal decode path, each row indexing the window before the block plus
     the whole block (no key cut off)."""
-    builder, _ = _builder(3, window=60)
+    builder, _ = _builder(3, window=60, device=kernel_device)
     seq_lens = [40, 70]
-    cm, block_table = _block_metadata(BLOCK, seq_lens, causal=False)
+    cm, block_table = _block_metadata(BLOCK, seq_lens, causal=False, device=kernel_device)
     md = builder.build(0, cm)
 
     assert md.num_decodes == 2
@@ -261,8 +263,8 @@ def test_build_treats_the_full_draft_block_as_decode(kernel_device):
 def test_build_keeps_target_split_for_causal_queries(kernel_device):
     # A causal 5-token query (e.g. a short prefill chunk of the target) is
     # still a prefill at N = 3: the target's decode split is untouched.
-    builder, _ = _builder(3, window=60)
-    cm, _ = _block_metadata(BLOCK, [40, 70], causal=True)
+    builder, _ = _builder(3, window=60, device=kernel_device)
+    cm, _ = _block_metadata(BLOCK, [40, 70], causal=True, device=kernel_device)
     md = builder.build(0, cm)
     assert md.num_decode_tokens == 0
     assert md.num_prefill_tokens == 2 * BLOCK

@@ -1,0 +1,155 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where the draft-attention kernel's time goes: ablations of the TileLang kernel on a GPU.
+
+Each variant is the kernel's own source with one part cut out (text edits of the function,
+compiled with vLLM's pass configs), timed per layer in a CUDA graph (hot L2, no host cost)
+at R=1 and R=256, beside the whole kernel, the whole kernel with every length 0 (prologue and
+epilogue only) and the kernel list one call launches (torch.profiler). A variant's output is
+wrong by construction: this is for finding the bottleneck, not a check.
+
+    python -m benchmarks.dspark_draft_attn.ablate --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures as cf
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.dspark_draft_attn import draft_attn_gpu as g
+
+# variant -> (old, new) text edits of the kernel function; every `old` must occur
+VARIANTS: dict[str, list[tuple[str, str]]] = {
+    "whole": [],
+    "no_gemms": [
+        ("T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)", "pass"),
+        ("T.gemm(p_s, k_s, acc_o, policy=T.GemmWarpPolicy.FullCol)", "pass"),
+    ],
+    "no_softmax_reductions": [
+        ("T.reduce_max(acc_s, m_i, dim=1, clear=False)", "pass"),
+        ("T.reduce_sum(acc_s, l_tile, dim=1)", "T.fill(l_tile, 1.0)"),
+    ],
+    "no_dequant": [
+        ("T.cast(fp8_s[j, d], T.float32)", "T.cast(1.0, T.float32)"),
+        ("live_s[j], rope_s[j, d], T.cast(0, T.bfloat16)", "live_s[j], T.cast(1, T.bfloat16), T.cast(0, T.bfloat16)"),
+    ],
+    # every gather reads slot 0 (one L2-resident token): the copies stay, DRAM traffic goes
+    "gather_slot0": [("T.max(indices[rid, src_row, t * block_kv + j], 0),", "0,")],
+}
+
+
+def variant_source(name: str) -> str:
+    path = Path(g.dk.__file__)
+    tree = ast.parse(path.read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
+    lines = path.read_text().splitlines(keepends=True)
+    src = "".join(lines[fn.lineno - 1 : fn.end_lineno])  # without the decorator line
+    for old, new in VARIANTS[name]:
+        if old not in src:
+            raise ValueError(f"variant {name}: {old!r} not in the kernel")
+        src = src.replace(old, new)
+    return src.replace("def dspark_draft_attn_tilelang(", f"def ablate_{name}(", 1)
+
+
+def jit_variant(name: str):
+    import tilelang
+    from vllm.tilelang_utils import _get_pass_configs
+
+    ns = dict(vars(g.dk))
+    exec(compile(variant_source(name), f"<ablate {name}>", "exec"), ns)
+    return tilelang.jit(pass_configs=_get_pass_configs())(ns[f"ablate_{name}"])
+
+
+def args_for(b: g.Batch, out, cfg) -> tuple:
+    h, r = b.q.shape[1], b.q.shape[0] // b.n
+    kv_fp8, kv_i64, kv_bf16 = g.dk.page_views(b.pool, g.PAGE)
+    return (
+        b.q.view(r, b.n, h, g.D), kv_fp8, kv_i64, kv_bf16, b.idx.view(r, b.n, b.width), b.lens.view(r, b.n),
+        b.sink, out.view(r, b.n, h, g.D), h, b.n, b.width, g.BS, g.PAGE, float(g.SCALE),
+        cfg.heads_per_cta, cfg.block_kv, cfg.threads, cfg.num_stages,
+    )
+
+
+SIZES = ((1, 64), (256, 16))
+CONFIGS = (g.dc.TileConfig(8, 64, 256, 2), g.dc.TileConfig(8, 64, 256, 1))
+
+
+def _batch(r: int, h: int) -> g.Batch:
+    return g.make_batch(r, h, 5, 5000 + r + h, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+
+
+def _compile(job: tuple[str, int, int, Any]) -> tuple[str, float, str]:
+    name, r, h, cfg = job
+    t0 = time.time()
+    try:
+        b = _batch(1, h)
+        out = g.torch.empty_like(b.q)
+        jit_variant(name).compile(*args_for(b, out, cfg))
+        return name, time.time() - t0, ""
+    except Exception as e:  # noqa: BLE001 - reported
+        return name, time.time() - t0, f"{type(e).__name__}: {str(e)[:300]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--procs", type=int, default=min(16, os.cpu_count() or 1))
+    a = ap.parse_args(argv)
+    import torch
+
+    rep: dict[str, Any] = dict(env=g.env_info(), rows=[])
+
+    def save() -> None:
+        Path(a.json).write_text(json.dumps(rep, indent=1, default=str))
+
+    jobs = [(v, r, h, c) for v in VARIANTS for r, h in SIZES for c in CONFIGS]
+    t0 = time.time()
+    with cf.ProcessPoolExecutor(max_workers=a.procs, mp_context=mp.get_context("spawn")) as ex:
+        rep["precompile"] = dict(errors=[x for x in ex.map(_compile, jobs) if x[2]], seconds=round(time.time() - t0, 1))
+    save()
+    # the kernels one call of the real wrapper launches, with device times
+    b = _batch(1, 64)
+    out = torch.empty_like(b.q)
+    g.run_kernel(b, out)
+    g.sync()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            g.run_kernel(b, out)
+        g.sync()
+    rep["profile_R1_H64"] = [
+        dict(name=e.key[:120], count=e.count, device_us_avg=e.device_time)
+        for e in prof.key_averages() if e.device_time > 0
+    ]
+    save()
+    for r, h in SIZES:
+        b = _batch(r, h)
+        zero = _batch(r, h)
+        zero.lens.zero_()
+        for cfg in CONFIGS:
+            for name in VARIANTS:
+                row: dict[str, Any] = dict(R=r, H=h, variant=name, **cfg.__dict__)
+                try:
+                    kern = jit_variant(name)
+                    out = torch.empty_like(b.q)
+                    args = args_for(b, out, cfg)
+                    row["graph_hot_us"] = g.graph_us([lambda args=args, kern=kern: kern(*args)])
+                    if name == "whole":
+                        zargs = args_for(zero, torch.empty_like(b.q), cfg)
+                        row["graph_hot_us_all_lens_0"] = g.graph_us([lambda zargs=zargs, kern=kern: kern(*zargs)])
+                except Exception as e:  # noqa: BLE001 - reported
+                    row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                rep["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

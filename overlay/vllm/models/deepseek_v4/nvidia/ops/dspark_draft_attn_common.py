@@ -40,9 +40,9 @@ def padded_rows(num_queries: int, heads_per_cta: int) -> int:
 def smem_bytes(
     num_queries: int, heads_per_cta: int, block_kv: int, num_stages: int = 1
 ) -> int:
-    """Shared memory the kernel allocates: Q, the bf16 KV tile, P, lens and the
-    live mask once; per pipeline stage the tile's slots, raw e4m3 bytes, scale
-    words and RoPE values; 2 KiB of reduction workspace."""
+    """Shared memory the kernel allocates: Q, the bf16 KV tile, P, lens, the
+    live mask and fp32 scales once; per pipeline stage the tile's slots, raw
+    e4m3 bytes, scale words and RoPE values; 2 KiB of reduction workspace."""
     m = padded_rows(num_queries, heads_per_cta)
     per_stage = block_kv * (4 + NOPE_DIM + SCALE_BYTES_PER_TOKEN + 2 * ROPE_DIM)
     return (
@@ -51,6 +51,7 @@ def smem_bytes(
         + 2 * m * block_kv
         + 4 * m
         + block_kv
+        + 4 * block_kv * SCALE_BYTES_PER_TOKEN
         + max(num_stages, 1) * per_stage
         + 2048
     )

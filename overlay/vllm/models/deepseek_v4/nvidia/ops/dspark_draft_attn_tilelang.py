@@ -107,6 +107,7 @@ def dspark_draft_attn_tilelang(
         rope_s = T.alloc_shared([block_kv, ROPE_DIM], T.bfloat16)
         len_s = T.alloc_shared([m_pad], T.int32)
         live_s = T.alloc_shared([block_kv], T.bool)
+        scale_f = T.alloc_shared([block_kv, SCALE_BYTES_PER_TOKEN], T.float32)
 
         acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
         acc_o = T.alloc_fragment([m_pad, HEAD_DIM], T.float32)
@@ -186,19 +187,17 @@ def dspark_draft_attn_tilelang(
                 ]
             for j in T.Parallel(block_kv):
                 live_s[j] = (t * block_kv + j < live_len) & (slot_s[j] >= 0)
+            # 2^(byte - 127) once per (token, 64-dim block), not per element.
+            for j, c in T.Parallel(block_kv, SCALE_BYTES_PER_TOKEN):
+                scale_f[j, c] = T.exp2(
+                    T.cast((scale_s[j] >> (8 * c)) & 255, T.float32) - 127.0
+                )
             # Dead slots become zeros so 0 * garbage cannot give NaN in P @ V.
             for j, d in T.Parallel(block_kv, NOPE_DIM):
                 k_s[j, d] = T.if_then_else(
                     live_s[j],
                     T.cast(
-                        T.cast(fp8_s[j, d], T.float32)
-                        * T.exp2(
-                            T.cast(
-                                (scale_s[j] >> (8 * (d // QUANT_BLOCK))) & 255,
-                                T.float32,
-                            )
-                            - 127.0
-                        ),
+                        T.cast(fp8_s[j, d], T.float32) * scale_f[j, d // QUANT_BLOCK],
                         T.bfloat16,
                     ),
                     T.cast(0, T.bfloat16),

@@ -19,6 +19,7 @@ import json
 import multiprocessing as mp
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,11 @@ def jit_variant(name: str):
     import tilelang
     from vllm.tilelang_utils import _get_pass_configs
 
+    # TileLang parses the function from its source file: give the variant a real one
+    path = Path(tempfile.gettempdir()) / f"dspark_draft_attn_ablate_{name}.py"
+    path.write_text(variant_source(name))
     ns = dict(vars(g.dk))
-    exec(compile(variant_source(name), f"<ablate {name}>", "exec"), ns)
+    exec(compile(path.read_text(), str(path), "exec"), ns)
     return tilelang.jit(pass_configs=_get_pass_configs())(ns[f"ablate_{name}"])
 
 

@@ -153,7 +153,8 @@ def test_tile_config_fits_and_follows_warp_rules(num_heads, num_queries, capabil
         assert (cfg.heads_per_cta, cfg.block_kv, cfg.threads, cfg.num_stages) == (4, 32, 128, 1)
         assert dc.smem_bytes(num_queries, 4, 32, 2) > budget
     else:
-        assert cfg.num_stages == 2  # SM90: the next tile's bytes are gathered during this tile's math
+        # SM90: two stages fit but measured slower on the H200 (2026-12-03 sweep)
+        assert cfg.num_stages == 1 and dc.smem_bytes(num_queries, 8, 64, 2) <= budget
 
 
 def test_tile_config_rejects_bad_heads():
@@ -191,7 +192,7 @@ def test_compile_keys(kernel_module):
     kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
     (k90,) = owner.get_warmup_keys(**kw, capability=(9, 0))
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))
-    assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 2)
+    assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 1)
     assert (k120.heads_per_cta, k120.block_kv, k120.threads, k120.num_stages) == (4, 32, 128, 1)
     assert k90 != k120 and hash(k90) != hash(k120)
     inputs = owner.warmup_inputs(k90)

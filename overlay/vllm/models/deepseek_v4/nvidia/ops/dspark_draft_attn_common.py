@@ -73,10 +73,11 @@ def select_tile_config(
     Both GEMMs split their N dimension over all warps (FullCol), so a warp
     needs block_kv // num_warps >= 8 columns (mma.sync n8), and the fp32
     output accumulator, padded_rows * 512 / threads floats per thread, must
-    stay <= 128 to avoid spills.  Two pipeline stages (the next tile's bytes
-    gathered during this tile's math) where they fit, else one.
+    stay <= 128 to avoid spills.  num_stages=2 gathers the next tile's bytes
+    during this tile's math; it is dropped to 1 where it does not fit.
 
-    SM90 (measured on the H200): heads_per_cta=8, block_kv=64, threads=256.
+    SM90 (measured on the H200, tile-shape sweep of 2026-12-03): heads_per_cta=8,
+    block_kv=64, threads=256, one stage (two stages were 1.3-1.7x slower).
     SM12x: heads_per_cta=4, block_kv=32, threads=128, chosen only to fit
     101,376 B of shared memory per block and the rules above; these values
     are UNTESTED on SM120/SM121 hardware (none was available): run the
@@ -85,10 +86,11 @@ def select_tile_config(
     if num_heads % 8 != 0:
         raise ValueError(f"num_heads must be a multiple of 8, got {num_heads}")
     if capability[0] == 12:
-        cfg = TileConfig(heads_per_cta=4, block_kv=32, threads=128)  # UNTESTED
+        # UNTESTED on SM12x hardware
+        cfg = TileConfig(heads_per_cta=4, block_kv=32, threads=128, num_stages=1)
         budget = SM120_SMEM_BYTES
     else:
-        cfg = TileConfig(heads_per_cta=8, block_kv=64, threads=256)
+        cfg = TileConfig(heads_per_cta=8, block_kv=64, threads=256, num_stages=1)
         budget = SM90_SMEM_BYTES
     while (
         padded_rows(num_queries, cfg.heads_per_cta) * HEAD_DIM // cfg.threads > 128

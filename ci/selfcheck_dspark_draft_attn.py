@@ -5,7 +5,7 @@
 Run it on the machine that will serve (SM120/SM121 boxes in particular, where nothing of
 this kernel was ever run by the project), with the patched vLLM and tilelang installed:
 
-    python ci/selfcheck_dspark_draft_attn.py                  # correctness matrix + benchmark
+    python ci/selfcheck_dspark_draft_attn.py                  # correctness, benchmark, tile sweep
     python ci/selfcheck_dspark_draft_attn.py --json out.json  # also write the JSON report
     python ci/selfcheck_dspark_draft_attn.py --quick          # smaller matrix
     python ci/selfcheck_dspark_draft_attn.py --check-only     # no benchmark
@@ -15,7 +15,9 @@ cache, upstream's DSpark index kernel, padding requests, clamped seq_len, extrem
 zeros and subnormals) and compares the kernel with an fp32 reference (max |err| <= 1e-2 beyond
 bf16 rounding and <= 1 % of max |ref|; empty rows exactly zero; bitwise repeatable; CUDA-graph
 capture + rewrite + replay). The benchmark compares it with upstream's Triton DSV4 sparse
-decode and the torch reference, per layer and per 3-layer draft step.
+decode and the torch reference, per layer and per 3-layer draft step; the sweep times every
+candidate tile shape on this GPU (shapes over its shared memory are reported as errors, not
+failures), which is what select_tile_config's SM12x values need from an SM120 box.
 
 Exit status: 0 every result correct; 1 a wrong result or a crash in the matrix; 2 nothing
 could be checked (no CUDA, no tilelang, no patched vLLM).

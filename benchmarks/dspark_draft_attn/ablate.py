@@ -77,7 +77,7 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
     return (
         b.q.view(r, b.n, h, g.D), kv_fp8, kv_i64, kv_bf16, b.idx.view(r, b.n, b.width), b.lens.view(r, b.n),
         b.sink, out.view(r, b.n, h, g.D), h, b.n, b.width, g.BS, g.PAGE, float(g.SCALE),
-        cfg.heads_per_cta, cfg.block_kv, cfg.threads, cfg.num_stages,
+        cfg.heads_per_cta, cfg.block_kv, cfg.threads, cfg.num_stages, cfg.reduce_batch,
     )
 
 

@@ -270,6 +270,7 @@ def compile_key(h: int, n: int, cfg: dc.TileConfig) -> Any:
         block_kv=cfg.block_kv,
         threads=cfg.threads,
         num_stages=cfg.num_stages,
+        reduce_batch=cfg.reduce_batch,
     )
 
 
@@ -292,14 +293,17 @@ def run_kernel_cfg(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> torch.Ten
     return out
 
 
-# Candidate CTA shapes (heads_per_cta, block_kv, threads, num_stages) that satisfy
-# select_tile_config's rules (>= 8 score columns per warp, <= 128 accumulator floats per
-# thread at N <= 7); (8, 64, 256, 1) is the default shape without the pipeline.
+# Candidate CTA shapes (heads_per_cta, block_kv, threads, num_stages, reduce_batch) that
+# satisfy select_tile_config's rules (>= 8 score columns per warp, <= 128 accumulator floats
+# per thread at N <= 7); (8, 64, 256, 1) is the SM90 default. reduce_batch = a thread's rows
+# at N = 5 (2 * padded_rows // 16): one batched all-reduce per softmax reduction.
 SWEEP_CONFIGS = tuple(
     dc.TileConfig(*c)
     for c in (
         (8, 64, 256, 2),
         (8, 64, 256, 1),
+        (8, 64, 256, 1, 6),
+        (4, 32, 128, 1, 4),
         (4, 64, 256, 2),
         (2, 64, 256, 2),
         (4, 64, 128, 2),
@@ -638,7 +642,9 @@ def sweep(on_row=None) -> dict[str, Any]:
         timed = [c for c in row["configs"] if c.get("ok")]
         if timed:
             best = min(timed, key=lambda c: c["cold_us"])
-            row["best"] = {k: best[k] for k in ("heads_per_cta", "block_kv", "threads", "num_stages", "cold_us")}
+            row["best"] = {
+                k: best[k] for k in ("heads_per_cta", "block_kv", "threads", "num_stages", "reduce_batch", "cold_us")
+            }
         rows.append(row)
         print(json.dumps({k: row[k] for k in ("R", "H", "floor_us")} | {"best": row.get("best")}), file=sys.stderr)
         if on_row is not None:

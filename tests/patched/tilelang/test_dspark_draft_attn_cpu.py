@@ -193,6 +193,7 @@ def test_compile_keys(kernel_module):
     (k90,) = owner.get_warmup_keys(**kw, capability=(9, 0))
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))
     assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 1)
+    assert k90.reduce_batch == k120.reduce_batch == 1
     assert (k120.heads_per_cta, k120.block_kv, k120.threads, k120.num_stages) == (4, 32, 128, 1)
     assert k90 != k120 and hash(k90) != hash(k120)
     inputs = owner.warmup_inputs(k90)
@@ -242,3 +243,18 @@ def test_wrapper_shapes_and_page_views(kernel_module):
             page_bytes=37_440,
             capability=(9, 0),
         )
+
+
+def test_sweep_shapes_follow_the_tile_rules():
+    """Every shape the GPU sweep times is one the kernel can build: the FullCol warp rule,
+    the accumulator bound, and a batched all-reduce size that divides a thread's rows
+    (TileLang refuses a batch that does not)."""
+    from benchmarks.dspark_draft_attn import draft_attn_gpu as g
+
+    assert dc.TileConfig(8, 64, 256).reduce_batch == 1  # the measured default stays per-row
+    assert any(c.reduce_batch > 1 for c in g.SWEEP_CONFIGS)
+    for cfg in g.SWEEP_CONFIGS:
+        rows = dc.padded_rows(5, cfg.heads_per_cta)
+        assert cfg.block_kv // (cfg.threads // 32) >= 8
+        assert rows * dc.HEAD_DIM // cfg.threads <= 128
+        assert (2 * rows // 16) % cfg.reduce_batch == 0, cfg

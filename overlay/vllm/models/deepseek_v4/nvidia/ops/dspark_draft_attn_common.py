@@ -63,6 +63,10 @@ class TileConfig:
     block_kv: int
     threads: int
     num_stages: int = 2
+    # rows per batched softmax all-reduce; must divide a thread's rows
+    # (2 * padded_rows // 16 under FullCol). 1 = one all-reduce per row (the
+    # measured default); >1 is in the GPU sweep, not yet measured.
+    reduce_batch: int = 1
 
 
 def select_tile_config(

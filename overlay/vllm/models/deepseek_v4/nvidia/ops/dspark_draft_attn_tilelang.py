@@ -64,6 +64,7 @@ def dspark_draft_attn_tilelang(
     block_kv: int = 64,
     threads: int = 256,
     num_stages: int = 2,
+    reduce_batch: int = 1,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -216,13 +217,15 @@ def dspark_draft_attn_tilelang(
             T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
 
             T.copy(m_i, m_prev)
-            T.reduce_max(acc_s, m_i, dim=1, clear=False)
+            # reduce_batch > 1: one block-wide all-reduce (one barrier pair per
+            # round) for that many of a thread's rows instead of one per row.
+            T.reduce_max(acc_s, m_i, dim=1, clear=False, batch=reduce_batch)
             for m in T.Parallel(m_pad):
                 m_i[m] = T.max(m_i[m], m_prev[m])
                 alpha[m] = T.exp2((m_prev[m] - m_i[m]) * scale_log2)
             for m, j in T.Parallel(m_pad, block_kv):
                 acc_s[m, j] = T.exp2((acc_s[m, j] - m_i[m]) * scale_log2)
-            T.reduce_sum(acc_s, l_tile, dim=1)
+            T.reduce_sum(acc_s, l_tile, dim=1, batch=reduce_batch)
             for m in T.Parallel(m_pad):
                 l_i[m] = l_i[m] * alpha[m] + l_tile[m]
             for m, d in T.Parallel(m_pad, HEAD_DIM):
@@ -263,6 +266,7 @@ class DSparkDraftAttnTileLangKernel(
         block_kv: int
         threads: int
         num_stages: int
+        reduce_batch: int
 
     @staticmethod
     def kernel() -> Any:
@@ -291,6 +295,7 @@ class DSparkDraftAttnTileLangKernel(
             block_kv=cfg.block_kv,
             threads=cfg.threads,
             num_stages=cfg.num_stages,
+            reduce_batch=cfg.reduce_batch,
         )
 
     def get_warmup_keys(
@@ -369,6 +374,7 @@ class DSparkDraftAttnTileLangKernel(
             key.block_kv,
             key.threads,
             key.num_stages,
+            key.reduce_batch,
         )
 
 

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import concurrent.futures as cf
+import dataclasses
 import json
-import multiprocessing as mp
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +70,10 @@ def jit_variant(name: str):
 
 
 def args_for(b: g.Batch, out, cfg) -> tuple:
-    h, r = b.q.shape[1], b.q.shape[0] // b.n
-    kv_fp8, kv_i64, kv_bf16 = g.dk.page_views(b.pool, g.PAGE)
-    return (
-        b.q.view(r, b.n, h, g.D), kv_fp8, kv_i64, kv_bf16, b.idx.view(r, b.n, b.width), b.lens.view(r, b.n),
-        b.sink, out.view(r, b.n, h, g.D), h, b.n, b.width, g.BS, g.PAGE, float(g.SCALE),
-        cfg.heads_per_cta, cfg.block_kv, cfg.threads, cfg.num_stages, cfg.reduce_batch,
-    )
+    """The kernel function's positional arguments: its tensors, then its compile key's fields
+    (CompileKey lists them in the function's order)."""
+    key = g.compile_key(b.q.shape[1], b.n, cfg)
+    return (*g.kernel_tensors(b, out).values(), *dataclasses.astuple(key))
 
 
 SIZES = ((1, 64), (256, 16))
@@ -89,16 +84,10 @@ def _batch(r: int, h: int) -> g.Batch:
     return g.make_batch(r, h, 5, 5000 + r + h, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
 
 
-def _compile(job: tuple[str, int, int, Any]) -> tuple[str, float, str]:
-    name, r, h, cfg = job
-    t0 = time.time()
-    try:
-        b = _batch(1, h)
-        out = g.torch.empty_like(b.q)
-        jit_variant(name).compile(*args_for(b, out, cfg))
-        return name, time.time() - t0, ""
-    except Exception as e:  # noqa: BLE001 - reported
-        return name, time.time() - t0, f"{type(e).__name__}: {str(e)[:300]}"
+def _compile(job: tuple[str, int, Any]) -> None:
+    name, h, cfg = job
+    b = _batch(1, h)
+    jit_variant(name).compile(*args_for(b, g.torch.empty_like(b.q), cfg))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,10 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         Path(a.json).write_text(json.dumps(rep, indent=1, default=str))
 
-    jobs = [(v, r, h, c) for v in VARIANTS for r, h in SIZES for c in CONFIGS]
-    t0 = time.time()
-    with cf.ProcessPoolExecutor(max_workers=a.procs, mp_context=mp.get_context("spawn")) as ex:
-        rep["precompile"] = dict(errors=[x for x in ex.map(_compile, jobs) if x[2]], seconds=round(time.time() - t0, 1))
+    jobs = [(v, h, c) for v in VARIANTS for _, h in SIZES for c in CONFIGS]
+    rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
     save()
     # the kernels one call of the real wrapper launches, with device times
     b = _batch(1, 64)

@@ -274,12 +274,12 @@ def compile_key(h: int, n: int, cfg: dc.TileConfig) -> Any:
     )
 
 
-def run_kernel_cfg(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> torch.Tensor:
-    """The kernel with a given tile configuration (the sweep), not select_tile_config's."""
+def kernel_tensors(b: Batch, out: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The kernel's tensor arguments for a batch, in the kernel function's order."""
     h = b.q.shape[1]
     r = b.q.shape[0] // b.n
     kv_fp8, kv_i64, kv_bf16 = dk.page_views(b.pool, PAGE)
-    dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL(
+    return dict(
         q=b.q.view(r, b.n, h, D),
         kv_fp8=kv_fp8,
         kv_i64=kv_i64,
@@ -288,8 +288,12 @@ def run_kernel_cfg(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> torch.Ten
         lens=b.lens.view(r, b.n),
         attn_sink=b.sink,
         out=out.view(r, b.n, h, D),
-        compile_key=compile_key(h, b.n, cfg),
     )
+
+
+def run_kernel_cfg(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> torch.Tensor:
+    """The kernel with a given tile configuration (the sweep), not select_tile_config's."""
+    dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL(**kernel_tensors(b, out), compile_key=compile_key(b.q.shape[1], b.n, cfg))
     return out
 
 
@@ -316,21 +320,41 @@ SWEEP_CONFIGS = tuple(
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))
 
 
-def _compile_one(key: Any) -> tuple[str, float, str]:
+def _timed(job: tuple[Any, Any]) -> tuple[str, float, str]:
+    """(what, fn) -> (repr(what), seconds, error or ""), in a worker process."""
+    what, fn = job
     t0 = time.time()
     try:
-        dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.compile(key)
-        return repr(key), time.time() - t0, ""
+        fn(what)
+        return repr(what), time.time() - t0, ""
     except Exception as e:  # noqa: BLE001 - reported; the run itself will fail on it too
-        return repr(key), time.time() - t0, f"{type(e).__name__}: {str(e)[:300]}"
+        return repr(what), time.time() - t0, f"{type(e).__name__}: {str(e)[:300]}"
 
 
-def precompile(what: str, quick: bool, procs: int) -> dict[str, Any]:
-    """Compile every kernel the run needs in parallel processes, so the runs load them from
-    TileLang's disk cache instead of compiling one after another (~7 s each on the H200)."""
+def compile_in_processes(fn, items: list[Any], procs: int) -> dict[str, Any]:
+    """fn(item) for every item in spawned processes (fn compiles one TileLang kernel), so the
+    run itself loads them from TileLang's disk cache instead of compiling them in series."""
     import concurrent.futures as cf
     import multiprocessing as mp
 
+    t0 = time.time()
+    with cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn")) as ex:
+        done = list(ex.map(_timed, [(item, fn) for item in items]))
+    return dict(
+        keys=len(items),
+        procs=procs,
+        seconds=round(time.time() - t0, 1),
+        errors=[d for d in done if d[2]],
+        compile_s=[round(d[1], 1) for d in done],
+    )
+
+
+def _compile_key(key: Any) -> None:
+    dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.compile(key)
+
+
+def precompile(what: str, quick: bool, procs: int) -> dict[str, Any]:
+    """Compile every kernel the run needs in parallel processes (~7-18 s each on the H200)."""
     cap = torch.cuda.get_device_capability(0)
     keys = []
     if what in ("check", "bench", "all"):
@@ -342,17 +366,7 @@ def precompile(what: str, quick: bool, procs: int) -> dict[str, Any]:
                 keys.append(compile_key(h, n, dc.select_tile_config(h, n, (12, 0))))
     if what in ("sweep", "all") and not quick:
         keys += [compile_key(h, 5, c) for h in (64, 16) for c in SWEEP_CONFIGS]
-    keys = list(dict.fromkeys(keys))
-    t0 = time.time()
-    with cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn")) as ex:
-        done = list(ex.map(_compile_one, keys))
-    return dict(
-        keys=len(keys),
-        procs=procs,
-        seconds=round(time.time() - t0, 1),
-        errors=[d for d in done if d[2]],
-        compile_s=[round(d[1], 1) for d in done],
-    )
+    return compile_in_processes(_compile_key, list(dict.fromkeys(keys)), procs)
 
 
 def reference(b: Batch) -> torch.Tensor:

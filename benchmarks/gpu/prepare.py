@@ -38,8 +38,8 @@ from benchmarks.gpu import needs as needs_mod
 from benchmarks.gpu.stage import Stage
 from benchmarks.gpu.stages import select
 
-# What an editable install rewrites in the tree (tools/patchstack/apply.py's INSTALL_OUTPUTS)
-INSTALL_OUTPUTS = ("vllm/_version.py",)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from patchstack.apply import INSTALL_OUTPUTS  # noqa: E402 - what an editable install rewrites
 
 MIB = 1 << 20
 DEVICE_LIMIT_MIB = 64
@@ -71,7 +71,7 @@ def check_tree(tree: Path) -> str:
         raise PrepareError(f"{tree} is not a git repository (build it with tools/apply.py)")
     # `bash ci/build.sh` installs the tree editable, which rewrites vllm/_version.py: the
     # install's output, not a change to pack (the pack is `git archive HEAD` either way)
-    dirty = git(tree, "status", "--porcelain", "--", "vllm", *(f":!{p}" for p in INSTALL_OUTPUTS)).strip()
+    dirty = git(tree, "status", "--porcelain", "--", "vllm", *(f":!{p}" for p in sorted(INSTALL_OUTPUTS))).strip()
     if dirty:
         raise PrepareError(f"{tree}/vllm has uncommitted changes; the pack is made from commits:\n{dirty}")
     return git(tree, "rev-parse", "HEAD").strip()

@@ -31,16 +31,20 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         ("T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)", "pass"),
         ("T.gemm(p_s, k_s, acc_o, policy=T.GemmWarpPolicy.FullCol)", "pass"),
     ],
+    "no_gemm1": [("T.gemm(q_s, k_s, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)", "pass")],
     "no_softmax_reductions": [
-        ("T.reduce_max(acc_s, m_i, dim=1, clear=False)", "pass"),
-        ("T.reduce_sum(acc_s, l_tile, dim=1)", "T.fill(l_tile, 1.0)"),
+        ("T.reduce_max(acc_s, m_i, dim=1, clear=False, batch=reduce_batch)", "pass"),
+        ("T.reduce_sum(acc_s, l_tile, dim=1, batch=reduce_batch)", "T.fill(l_tile, 1.0)"),
     ],
+    "no_exp": [("acc_s[m, j] = T.exp2((acc_s[m, j] - m_i[m]) * scale_log2)", "acc_s[m, j] = acc_s[m, j] - m_i[m]")],
     "no_dequant": [
         ("T.cast(fp8_s[j, d], T.float32)", "T.cast(1.0, T.float32)"),
         ("live_s[j], rope_s[j, d], T.cast(0, T.bfloat16)", "live_s[j], T.cast(1, T.bfloat16), T.cast(0, T.bfloat16)"),
     ],
     # every gather reads slot 0 (one L2-resident token): the copies stay, DRAM traffic goes
     "gather_slot0": [("T.max(indices[rid, src_row, t * block_kv + j], 0),", "0,")],
+    # at most one KV tile: (whole - one_tile) / (tiles - 1) is the cost of a tile
+    "one_tile": [("live_len = T.min(max_len, width)", "live_len = T.min(max_len, block_kv)")],
 }
 
 
@@ -77,7 +81,7 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
 
 
 SIZES = ((1, 64), (256, 16))
-CONFIGS = (g.dc.TileConfig(8, 64, 256, 2), g.dc.TileConfig(8, 64, 256, 1))
+CONFIGS = (g.dc.TileConfig(8, 64, 256, 1), g.dc.TileConfig(8, 64, 256, 1, 6))
 
 
 def _batch(r: int, h: int) -> g.Batch:

@@ -46,6 +46,8 @@ STAGE = Stage(
     time_cap_s=500,
     # not vllm-config-deps: its apache-tvm-ffi wheel would clash with the one tilelang brings
     needs=("tilelang", "vllm-sampler-deps"),
+    # the CPU tests compare the reference with upstream's eager one, read from this file
+    tree_files=("tests/kernels/test_deepseek_v4_cpu_kernels.py",),
     imports=(
         "vllm.v1.attention.backends.mla.sparse_swa",
         "vllm.v1.attention.ops.rocm_aiter_mla_sparse",

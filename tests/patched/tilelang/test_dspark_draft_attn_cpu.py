@@ -129,7 +129,10 @@ def test_reference_on_upstream_index_kernel_batch():
             for r in range(6)
         ]
     )
-    torch.testing.assert_close(ref, per_req, atol=0, rtol=0)
+    # bitwise on CPU; on CUDA einsums of different batch shapes take different cuBLAS
+    # algorithms (6e-7 apart on the H200)
+    tol = 0.0 if ref.device.type == "cpu" else 1e-5
+    torch.testing.assert_close(ref, per_req, atol=tol, rtol=tol)
     assert g.compare(ref.bfloat16(), ref, b.lens)["ok"]
     bad = ref.bfloat16().clone()
     bad[0, 0, 0] += 0.5

@@ -81,7 +81,8 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
 
 
 SIZES = ((1, 64), (256, 16))
-CONFIGS = (g.dc.TileConfig(8, 64, 256, 1), g.dc.TileConfig(8, 64, 256, 1, 6))
+# the SM90 default (wgmma) and the earlier mma.sync one
+CONFIGS = (g.dc.TileConfig(8, 64, 256, 1, 1, 64), g.dc.TileConfig(8, 64, 256, 1))
 
 
 def _batch(r: int, h: int) -> g.Batch:

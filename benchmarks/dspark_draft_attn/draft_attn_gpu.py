@@ -271,6 +271,7 @@ def compile_key(h: int, n: int, cfg: dc.TileConfig) -> Any:
         threads=cfg.threads,
         num_stages=cfg.num_stages,
         reduce_batch=cfg.reduce_batch,
+        row_tile=cfg.row_tile,
     )
 
 
@@ -297,24 +298,22 @@ def run_kernel_cfg(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> torch.Ten
     return out
 
 
-# Candidate CTA shapes (heads_per_cta, block_kv, threads, num_stages, reduce_batch) that
-# satisfy select_tile_config's rules (>= 8 score columns per warp, <= 128 accumulator floats
-# per thread at N <= 7); (8, 64, 256, 1) is the SM90 default. reduce_batch = a thread's rows
-# at N = 5 (2 * padded_rows // 16): one batched all-reduce per softmax reduction.
+# Candidate CTA shapes (heads_per_cta, block_kv, threads, num_stages, reduce_batch, row_tile)
+# that satisfy the tile rules (tile_rule_violations); row_tile 64 pads the rows to one wgmma
+# tile (SM90), 16 is mma.sync (the SM12x path). (8, 64, 256, 1, 1, 64) is the SM90 default,
+# (4, 32, 128, 1) the SM12x one; the others were the previous defaults or are near them.
 SWEEP_CONFIGS = tuple(
     dc.TileConfig(*c)
     for c in (
-        (8, 64, 256, 2),
+        (8, 64, 256, 1, 1, 64),
+        (8, 64, 256, 2, 1, 64),
+        (8, 64, 256, 1, 2, 64),
+        (8, 64, 512, 1, 1, 64),
+        (4, 64, 256, 1, 1, 64),
         (8, 64, 256, 1),
         (8, 64, 256, 1, 6),
-        (4, 32, 128, 1, 4),
-        (4, 64, 256, 2),
-        (2, 64, 256, 2),
-        (4, 64, 128, 2),
-        (2, 64, 128, 2),
-        (4, 32, 128, 2),
         (4, 32, 128, 1),
-        (2, 32, 128, 2),
+        (4, 64, 256, 2),
     )
 )
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))

@@ -145,11 +145,11 @@ def test_reference_on_upstream_index_kernel_batch():
 def test_tile_config_fits_and_follows_warp_rules(num_heads, num_queries, capability):
     cfg = dc.select_tile_config(num_heads, num_queries, capability)
     budget = dc.SM120_SMEM_BYTES if capability[0] == 12 else dc.SM90_SMEM_BYTES
-    assert dc.smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages) <= budget
+    assert dc.smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile) <= budget
     assert num_heads % cfg.heads_per_cta == 0
-    warps = cfg.threads // 32
-    assert cfg.block_kv // warps >= 8  # FullCol: mma n8 per warp (sm120 warp_col_tiles rule)
-    assert dc.padded_rows(num_queries, cfg.heads_per_cta) * dc.HEAD_DIM // cfg.threads <= 128
+    assert dc.tile_rule_violations(cfg, num_queries) == []
+    # wgmma (rows padded to 64) only where TileLang lowers to it: SM90
+    assert cfg.row_tile == (64 if capability[0] == 9 else 16)
     if capability[0] == 12:
         # two stages do not fit 101,376 B with this shape: one stage, 89,120 B in the
         # generated kernel (N=7; the estimate, 89,632 B, errs on the safe side)
@@ -157,7 +157,7 @@ def test_tile_config_fits_and_follows_warp_rules(num_heads, num_queries, capabil
         assert dc.smem_bytes(num_queries, 4, 32, 2) > budget
     else:
         # SM90: two stages fit but measured slower on the H200 (2026-12-03 sweep)
-        assert cfg.num_stages == 1 and dc.smem_bytes(num_queries, 8, 64, 2) <= budget
+        assert cfg.num_stages == 1 and dc.smem_bytes(num_queries, 8, 64, 2, cfg.row_tile) <= budget
 
 
 def test_tile_config_rejects_bad_heads():
@@ -196,6 +196,7 @@ def test_compile_keys(kernel_module):
     (k90,) = owner.get_warmup_keys(**kw, capability=(9, 0))
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))
     assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 1)
+    assert (k90.row_tile, k120.row_tile) == (64, 16)
     assert k90.reduce_batch == k120.reduce_batch == 1
     assert (k120.heads_per_cta, k120.block_kv, k120.threads, k120.num_stages) == (4, 32, 128, 1)
     assert k90 != k120 and hash(k90) != hash(k120)
@@ -256,8 +257,16 @@ def test_sweep_shapes_follow_the_tile_rules():
 
     assert dc.TileConfig(8, 64, 256).reduce_batch == 1  # the measured default stays per-row
     assert any(c.reduce_batch > 1 for c in g.SWEEP_CONFIGS)
-    for cfg in g.SWEEP_CONFIGS:
-        rows = dc.padded_rows(5, cfg.heads_per_cta)
-        assert cfg.block_kv // (cfg.threads // 32) >= 8
-        assert rows * dc.HEAD_DIM // cfg.threads <= 128
-        assert (2 * rows // 16) % cfg.reduce_batch == 0, cfg
+    for n in (5, 7):
+        defaults = {dc.select_tile_config(h, n, cap) for h in (64, 16) for cap in ((9, 0), (12, 0))}
+        assert defaults <= set(g.SWEEP_CONFIGS), "the sweep times the defaults it is compared with"
+    for cfg in g.SWEEP_CONFIGS:  # the sweep runs at N = 5
+        assert dc.tile_rule_violations(cfg, 5) == [], cfg
+
+
+def test_tile_rules_catch_unbuildable_shapes():
+    assert dc.tile_rule_violations(dc.TileConfig(8, 64, 192, row_tile=64), 5)  # not whole warpgroups
+    assert dc.tile_rule_violations(dc.TileConfig(8, 32, 256, row_tile=16), 5)  # 4 columns a warp
+    assert dc.tile_rule_violations(dc.TileConfig(16, 64, 256, row_tile=64), 5)  # 256 floats a thread
+    assert dc.tile_rule_violations(dc.TileConfig(8, 64, 256, 1, 4, 64), 5)  # 2 rows, batch 4
+    assert dc.tile_rule_violations(dc.TileConfig(8, 64, 256, 1, 6), 5) == []  # 6 rows, batch 6

@@ -32,18 +32,24 @@ SM120_SMEM_BYTES = 101_376
 SM90_SMEM_BYTES = 232_448
 
 
-def padded_rows(num_queries: int, heads_per_cta: int) -> int:
-    """Query rows of one CTA, padded to the MMA's 16-row tile."""
-    return -(-num_queries * heads_per_cta // 16) * 16
+def padded_rows(num_queries: int, heads_per_cta: int, row_tile: int = 16) -> int:
+    """Query rows of one CTA, padded to the MMA's row tile: 16 for mma.sync,
+    64 for SM90's wgmma (TileLang lowers a GEMM to wgmma when M >= 64 and
+    the CTA is whole warpgroups)."""
+    return -(-num_queries * heads_per_cta // row_tile) * row_tile
 
 
 def smem_bytes(
-    num_queries: int, heads_per_cta: int, block_kv: int, num_stages: int = 1
+    num_queries: int,
+    heads_per_cta: int,
+    block_kv: int,
+    num_stages: int = 1,
+    row_tile: int = 16,
 ) -> int:
     """Shared memory the kernel allocates: Q, the bf16 KV tile, P, lens, the
     live mask and fp32 scales once; per pipeline stage the tile's slots, raw
     e4m3 bytes, scale words and RoPE values; 2 KiB of reduction workspace."""
-    m = padded_rows(num_queries, heads_per_cta)
+    m = padded_rows(num_queries, heads_per_cta, row_tile)
     per_stage = block_kv * (4 + NOPE_DIM + SCALE_BYTES_PER_TOKEN + 2 * ROPE_DIM)
     return (
         2 * m * HEAD_DIM
@@ -67,6 +73,40 @@ class TileConfig:
     # (2 * padded_rows // 16 under FullCol). 1 = one all-reduce per row (the
     # measured default); >1 is in the GPU sweep, not yet measured.
     reduce_batch: int = 1
+    # MMA row tile the query rows are padded to: 16 (mma.sync) or 64 (wgmma,
+    # SM90 only, whole warpgroups)
+    row_tile: int = 16
+
+
+def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
+    """Why TileLang could not build (or would spill) this CTA shape; [] if it can.
+
+    Both GEMMs split N over the warps (mma.sync) or warpgroups (wgmma), each
+    needing >= 8 columns; a thread holds 2 rows of each 16-row (mma.sync) or
+    64-row (wgmma) tile, and a batched all-reduce must divide them; the fp32
+    output accumulator, rows * 512 / threads floats a thread, must stay <= 128.
+    """
+    rows = padded_rows(num_queries, cfg.heads_per_cta, cfg.row_tile)
+    bad = []
+    if cfg.row_tile == 64:
+        if cfg.threads % 128:
+            bad.append("wgmma needs whole warpgroups (threads % 128 == 0)")
+        splits = cfg.threads // 128
+    elif cfg.row_tile == 16:
+        splits = cfg.threads // 32
+    else:
+        return [f"row_tile must be 16 or 64, got {cfg.row_tile}"]
+    if cfg.block_kv // max(splits, 1) < 8:
+        bad.append(f"block_kv {cfg.block_kv} gives < 8 columns per split")
+    if rows * HEAD_DIM // cfg.threads > 128:
+        bad.append(f"{rows * HEAD_DIM // cfg.threads} accumulator floats per thread")
+    if (2 * rows // cfg.row_tile) % cfg.reduce_batch:
+        bad.append(f"reduce_batch {cfg.reduce_batch} does not divide a thread's rows")
+    return bad
+
+
+def _smem_args(num_queries: int, cfg: TileConfig) -> tuple[int, ...]:
+    return (num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile)
 
 
 def select_tile_config(
@@ -93,21 +133,26 @@ def select_tile_config(
         # UNTESTED on SM12x hardware
         cfg = TileConfig(heads_per_cta=4, block_kv=32, threads=128, num_stages=1)
         budget = SM120_SMEM_BYTES
+    elif capability[0] == 9:
+        # rows padded to 64 so both GEMMs lower to wgmma
+        cfg = TileConfig(
+            heads_per_cta=8, block_kv=64, threads=256, num_stages=1, row_tile=64
+        )
+        budget = SM90_SMEM_BYTES
     else:
         cfg = TileConfig(heads_per_cta=8, block_kv=64, threads=256, num_stages=1)
         budget = SM90_SMEM_BYTES
     while (
-        padded_rows(num_queries, cfg.heads_per_cta) * HEAD_DIM // cfg.threads > 128
+        padded_rows(num_queries, cfg.heads_per_cta, cfg.row_tile)
+        * HEAD_DIM
+        // cfg.threads
+        > 128
         and cfg.heads_per_cta > 1
     ):
         cfg = replace(cfg, heads_per_cta=cfg.heads_per_cta // 2)
-    while (
-        smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages)
-        > budget
-        and cfg.num_stages > 1
-    ):
+    while smem_bytes(*_smem_args(num_queries, cfg)) > budget and cfg.num_stages > 1:
         cfg = replace(cfg, num_stages=cfg.num_stages - 1)
-    if smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv, 1) > budget:
+    if smem_bytes(*_smem_args(num_queries, replace(cfg, num_stages=1))) > budget:
         raise ValueError(
             f"no tile for num_queries={num_queries} fits {budget} B of shared memory"
         )

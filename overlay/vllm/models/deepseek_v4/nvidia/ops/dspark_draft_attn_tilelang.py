@@ -65,6 +65,7 @@ def dspark_draft_attn_tilelang(
     threads: int = 256,
     num_stages: int = 2,
     reduce_batch: int = 1,
+    row_tile: int = 16,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -74,7 +75,7 @@ def dspark_draft_attn_tilelang(
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
     rows = num_queries * heads_per_cta
-    m_pad = padded_rows(num_queries, heads_per_cta)
+    m_pad = padded_rows(num_queries, heads_per_cta, row_tile)
     # Index positions t * block_kv + j of a live tile stay inside the row.
     assert width % block_kv == 0, (width, block_kv)
     scale_log2 = scale * LOG2E
@@ -267,6 +268,7 @@ class DSparkDraftAttnTileLangKernel(
         threads: int
         num_stages: int
         reduce_batch: int
+        row_tile: int
 
     @staticmethod
     def kernel() -> Any:
@@ -296,6 +298,7 @@ class DSparkDraftAttnTileLangKernel(
             threads=cfg.threads,
             num_stages=cfg.num_stages,
             reduce_batch=cfg.reduce_batch,
+            row_tile=cfg.row_tile,
         )
 
     def get_warmup_keys(
@@ -375,6 +378,7 @@ class DSparkDraftAttnTileLangKernel(
             key.threads,
             key.num_stages,
             key.reduce_batch,
+            key.row_tile,
         )
 
 

@@ -35,6 +35,9 @@ ARTIFACTS: dict[str, str] = {
     "tilelang": "tilelang-site.tar.xz",  # h200-kit/prepare_tilelang_carry.sh, ~44 MB
 }
 
+# the tilelang vLLM 0.34.0 pins; prepare --tilelang packs another one
+TILELANG_PINNED = "0.1.12"
+
 # the unpatched tree, from the patched tree's `base` tag
 BASE = "base"
 

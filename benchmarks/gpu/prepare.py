@@ -137,8 +137,12 @@ def fetch_wheels(requirements: list[str], wheelhouse: Path, python_version: str)
     return wheels
 
 
-def fetch_artifact(need: str, cache: Path, h200_kit: Path) -> Path:
-    """A prebuilt need, built once into the cache (tilelang: h200-kit's recipe)."""
+def fetch_artifact(need: str, cache: Path, h200_kit: Path,
+                   tilelang_version: str = needs_mod.TILELANG_PINNED) -> Path:
+    """A prebuilt need, built once into the cache (tilelang: h200-kit's recipe; a version
+    other than the pinned one gets its own cache folder)."""
+    if need == "tilelang" and tilelang_version != needs_mod.TILELANG_PINNED:
+        cache = cache / f"tilelang-{tilelang_version}"
     path = cache / needs_mod.ARTIFACTS[need]
     if path.exists():
         return path
@@ -147,7 +151,7 @@ def fetch_artifact(need: str, cache: Path, h200_kit: Path) -> Path:
         if not script.exists():
             raise PrepareError(f"{path} is not built and {script} is missing (--h200-kit)")
         cache.mkdir(parents=True, exist_ok=True)
-        if subprocess.run(["bash", str(script), str(cache)]).returncode or not path.exists():
+        if subprocess.run(["bash", str(script), str(cache), tilelang_version]).returncode or not path.exists():
             raise PrepareError(f"{script} did not produce {path}")
         return path
     raise PrepareError(f"no recipe for need {need!r}")
@@ -175,7 +179,8 @@ def folder_bytes(folder: Path) -> dict[str, int]:
 
 def prepare(stages: list[Stage], tree: Path, out: Path, *, repo: Path = REPO, with_repo: bool = False,
             limit_bytes: int = DEVICE_LIMIT_MIB * MIB, cache: Path | None = None,
-            h200_kit: Path | None = None, python_version: str = needs_mod.MACHINE_PYTHON) -> dict:
+            h200_kit: Path | None = None, python_version: str = needs_mod.MACHINE_PYTHON,
+            tilelang_version: str = needs_mod.TILELANG_PINNED) -> dict:
     """Write the pack for `stages` to `out`; returns its manifest. Raises PrepareError."""
     cache = cache or cache_dir()
     h200_kit = h200_kit or Path(os.environ.get("H200_KIT", repo.parent / "shared" / "tools" / "h200-kit"))
@@ -212,9 +217,11 @@ def prepare(stages: list[Stage], tree: Path, out: Path, *, repo: Path = REPO, wi
         manifest["artifacts"] = {}
         for need in need_set:
             if need in needs_mod.ARTIFACTS:
-                src = fetch_artifact(need, cache, h200_kit)
+                src = fetch_artifact(need, cache, h200_kit, tilelang_version)
                 shutil.copy2(src, tmp / src.name)
                 manifest["artifacts"][need] = src.name
+                if need == "tilelang":
+                    manifest["tilelang_version"] = tilelang_version
         if with_repo:
             pack_repo(repo, tmp / "repo.tar.gz")
             manifest["repo"] = "repo.tar.gz"
@@ -251,11 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--h200-kit", type=Path, default=None, help="folder of prepare_tilelang_carry.sh")
     ap.add_argument("--python-version", default=needs_mod.MACHINE_PYTHON,
                     help="wheels for this Python (default: the GPU machine's; another one for a local dry run)")
+    ap.add_argument("--tilelang", default=needs_mod.TILELANG_PINNED, metavar="VERSION",
+                    help=f"tilelang version to pack (default {needs_mod.TILELANG_PINNED}, vLLM's pin)")
     args = ap.parse_args(argv)
     try:
         manifest = prepare(select(args.stages), args.tree, args.out, with_repo=args.with_repo,
                            limit_bytes=int(args.limit_mib * MIB), cache=args.cache, h200_kit=args.h200_kit,
-                           python_version=args.python_version)
+                           python_version=args.python_version, tilelang_version=args.tilelang)
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

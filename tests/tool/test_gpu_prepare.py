@@ -141,6 +141,26 @@ def test_tilelang_is_packed_only_when_a_selected_stage_needs_it(tree, checkout, 
     assert manifest["artifacts"] == {"tilelang": "tilelang-site.tar.xz"}
 
 
+def test_another_tilelang_version_is_built_by_the_recipe_and_cached_apart(tree, checkout, cache, tmp_path):
+    (cache / needs.ARTIFACTS["tilelang"]).write_bytes(b"pinned tilelang site")
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    # the recipe's interface: DIR VERSION -> DIR/tilelang-site.tar.xz
+    (kit / "prepare_tilelang_carry.sh").write_text(
+        'echo "$2" >> "$1/calls"; printf "tilelang %s" "$2" > "$1/tilelang-site.tar.xz"\n')
+    out = checkout / ".gpu-test"
+    manifest = prepare.prepare([stage("tl", ("tilelang",))], tree, out, repo=checkout, cache=cache, h200_kit=kit,
+                               tilelang_version="0.1.15")
+    assert (out / "tilelang-site.tar.xz").read_bytes() == b"tilelang 0.1.15"
+    assert manifest["tilelang_version"] == "0.1.15"
+    prepare.prepare([stage("tl", ("tilelang",))], tree, out, repo=checkout, cache=cache, h200_kit=kit,
+                    tilelang_version="0.1.15")
+    assert (cache / "tilelang-0.1.15" / "calls").read_text() == "0.1.15\n"  # built once
+    manifest = prepare.prepare([stage("tl", ("tilelang",))], tree, out, repo=checkout, cache=cache, h200_kit=kit)
+    assert (out / "tilelang-site.tar.xz").read_bytes() == b"pinned tilelang site"
+    assert manifest["tilelang_version"] == needs.TILELANG_PINNED
+
+
 def test_tilelang_without_cache_or_recipe_is_refused(tree, checkout, cache, tmp_path):
     with pytest.raises(prepare.PrepareError, match="prepare_tilelang_carry.sh"):
         prepare.prepare([stage("tl", ("tilelang",))], tree, checkout / ".gpu-test", repo=checkout, cache=cache,

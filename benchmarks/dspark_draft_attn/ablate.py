@@ -42,14 +42,14 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         ("live_s[j], rope_s[j, d], T.cast(0, T.bfloat16)", "live_s[j], T.cast(1, T.bfloat16), T.cast(0, T.bfloat16)"),
     ],
     # every gather reads slot 0 (one L2-resident token): the copies stay, DRAM traffic goes
-    "gather_slot0": [("T.max(indices[rid, src_row, t * block_kv + j], 0),", "0,")],
+    "gather_slot0": [("T.max(idx_s[t * block_kv + j], 0), 0", "0, 0")],
     # at most one KV tile: (whole - one_tile) / (tiles - 1) is the cost of a tile
     "one_tile": [("live_len = T.min(max_len, width)", "live_len = T.min(max_len, block_kv)")],
 }
 
 
 def variant_source(name: str) -> str:
-    path = Path(g.dk.__file__)
+    path = Path(g.dc.__file__).with_name("dspark_draft_attn_tilelang.py")
     tree = ast.parse(path.read_text())
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
     lines = path.read_text().splitlines(keepends=True)

@@ -47,19 +47,22 @@ def smem_bytes(
     row_tile: int = 16,
 ) -> int:
     """Shared memory the kernel allocates: Q, the bf16 KV tile, P, lens, the
-    live mask and fp32 scales once; per pipeline stage the tile's slots, raw
-    e4m3 bytes, scale words and RoPE values; 2 KiB of reduction workspace."""
+    live mask, fp32 scales and the index row (up to 256 slots) once; per
+    pipeline stage the tile's raw e4m3 bytes, scale words and RoPE values;
+    4 KiB of reduction workspace (an upper bound: the generated SM90 kernel
+    used 1 KiB more than the sum of the buffers)."""
     m = padded_rows(num_queries, heads_per_cta, row_tile)
-    per_stage = block_kv * (4 + NOPE_DIM + SCALE_BYTES_PER_TOKEN + 2 * ROPE_DIM)
+    per_stage = block_kv * (NOPE_DIM + SCALE_BYTES_PER_TOKEN + 2 * ROPE_DIM)
     return (
-        2 * m * HEAD_DIM
+        4 * 256
+        + 2 * m * HEAD_DIM
         + 2 * block_kv * HEAD_DIM
         + 2 * m * block_kv
         + 4 * m
         + block_kv
         + 4 * block_kv * SCALE_BYTES_PER_TOKEN
         + max(num_stages, 1) * per_stage
-        + 2048
+        + 4096
     )
 
 

@@ -102,7 +102,9 @@ def dspark_draft_attn_tilelang(
         q_s = T.alloc_shared([m_pad, HEAD_DIM], T.bfloat16)
         k_s = T.alloc_shared([block_kv, HEAD_DIM], T.bfloat16)
         p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
-        slot_s = T.alloc_shared([block_kv], T.int32)
+        # the request's whole index row, read once: every tile's gather
+        # addresses then come from shared memory, not a dependent global load
+        idx_s = T.alloc_shared([width], T.int32)
         fp8_s = T.alloc_shared([block_kv, NOPE_DIM], T.float8_e4m3fn)
         # A token's 8 scale bytes as one word: one 8-byte async copy per token.
         scale_s = T.alloc_shared([block_kv], T.int64)
@@ -128,6 +130,8 @@ def dspark_draft_attn_tilelang(
                 max_len = lens[rid, n]
                 src_row = n
         live_len = T.min(max_len, width)
+        for j in T.Parallel(width):
+            idx_s[j] = indices[rid, src_row, j]
 
         # Row m of the CTA is query m // heads_per_cta, head m % heads_per_cta.
         for m, d in T.Parallel(m_pad, HEAD_DIM):
@@ -152,17 +156,13 @@ def dspark_draft_attn_tilelang(
         # num_stages > 1: the raw bytes of the next tiles are gathered while
         # this one is dequantised and multiplied (software pipeline).
         for t in T.Pipelined(T.ceildiv(live_len, block_kv), num_stages=num_stages):
-            # Gather the tile's raw bytes straight from the index row (slots
-            # past the live length read slot 0 and are masked below), then
-            # dequantise in shared memory, once for every row of the CTA.
-            # Plain copies, so the pipeline issues them as async copies.
-            for j in T.Parallel(block_kv):
-                slot_s[j] = indices[rid, src_row, t * block_kv + j]
+            # Gather the tile's raw bytes (slots past the live length read
+            # slot 0 and are masked below), then dequantise in shared memory,
+            # once for every row of the CTA. Plain copies, so the pipeline
+            # issues them as async copies.
             for j, d in T.Parallel(block_kv, NOPE_DIM):
                 live_slot = T.if_then_else(
-                    t * block_kv + j < live_len,
-                    T.max(indices[rid, src_row, t * block_kv + j], 0),
-                    0,
+                    t * block_kv + j < live_len, T.max(idx_s[t * block_kv + j], 0), 0
                 )
                 fp8_s[j, d] = kv_fp8[
                     live_slot // block_size,
@@ -170,25 +170,22 @@ def dspark_draft_attn_tilelang(
                 ]
             for j in T.Parallel(block_kv):
                 live_slot = T.if_then_else(
-                    t * block_kv + j < live_len,
-                    T.max(indices[rid, src_row, t * block_kv + j], 0),
-                    0,
+                    t * block_kv + j < live_len, T.max(idx_s[t * block_kv + j], 0), 0
                 )
                 scale_s[j] = kv_i64[
                     live_slot // block_size, scale_off // 8 + live_slot % block_size
                 ]
             for j, d in T.Parallel(block_kv, ROPE_DIM):
                 live_slot = T.if_then_else(
-                    t * block_kv + j < live_len,
-                    T.max(indices[rid, src_row, t * block_kv + j], 0),
-                    0,
+                    t * block_kv + j < live_len, T.max(idx_s[t * block_kv + j], 0), 0
                 )
                 rope_s[j, d] = kv_bf16[
                     live_slot // block_size,
                     (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
                 ]
             for j in T.Parallel(block_kv):
-                live_s[j] = (t * block_kv + j < live_len) & (slot_s[j] >= 0)
+                pos = t * block_kv + j
+                live_s[j] = (pos < live_len) & (idx_s[pos] >= 0)
             # 2^(byte - 127) once per (token, 64-dim block), not per element.
             for j, c in T.Parallel(block_kv, SCALE_BYTES_PER_TOKEN):
                 scale_f[j, c] = T.exp2(
@@ -243,11 +240,24 @@ def dspark_draft_attn_tilelang(
             corr = T.exp2(m_log2 - top)
             denom = l_i[m] * corr + T.exp2(sink_log2 - top)
             alpha[m] = T.if_then_else((len_s[m] > 0) & (l_i[m] > 0), corr / denom, 0.0)
-        for m, d in T.Parallel(m_pad, HEAD_DIM):
-            if m < rows:
+        if m_pad <= block_kv:
+            # Through the (now free) KV tile, so the stores to out are 16-byte
+            # vectors instead of a fragment's scattered pairs.
+            for m, d in T.Parallel(m_pad, HEAD_DIM):
+                k_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
+            for m, d in T.Parallel(rows, HEAD_DIM):
                 out[
                     rid, m // heads_per_cta, gid * heads_per_cta + m % heads_per_cta, d
-                ] = acc_o[m, d] * alpha[m]
+                ] = k_s[m, d]
+        else:
+            for m, d in T.Parallel(m_pad, HEAD_DIM):
+                if m < rows:
+                    out[
+                        rid,
+                        m // heads_per_cta,
+                        gid * heads_per_cta + m % heads_per_cta,
+                        d,
+                    ] = acc_o[m, d] * alpha[m]
 
 
 class DSparkDraftAttnTileLangKernel(

@@ -269,6 +269,7 @@ def test_tile_rules_catch_unbuildable_shapes():
     assert dc.tile_rule_violations(dc.TileConfig(8, 32, 256, row_tile=16), 5)  # 4 columns a warp
     assert dc.tile_rule_violations(dc.TileConfig(16, 64, 256, row_tile=64), 5)  # 256 floats a thread
     assert dc.tile_rule_violations(dc.TileConfig(8, 64, 256, 1, 4, 64), 5)  # 2 rows, batch 4
+    assert dc.tile_rule_violations(dc.TileConfig(8, 80, 256, row_tile=64), 5)  # splits a warp
     assert dc.tile_rule_violations(dc.TileConfig(8, 64, 256, 1, 6), 5) == []  # 6 rows, batch 6
 
 

@@ -85,7 +85,7 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     """Why TileLang could not build (or would spill) this CTA shape; [] if it can.
 
     Both GEMMs split N over the warps (mma.sync) or warpgroups (wgmma), each
-    needing >= 8 columns; a thread holds 2 rows of each 16-row (mma.sync) or
+    taking a multiple of 8 columns; a thread holds 2 rows of each 16-row (mma.sync) or
     64-row (wgmma) tile, and a batched all-reduce must divide them; the fp32
     output accumulator, rows * 512 / threads floats a thread, must stay <= 128.
     """
@@ -99,8 +99,12 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         splits = cfg.threads // 32
     else:
         return [f"row_tile must be 16 or 64, got {cfg.row_tile}"]
-    if cfg.block_kv // max(splits, 1) < 8:
-        bad.append(f"block_kv {cfg.block_kv} gives < 8 columns per split")
+    if cfg.block_kv % max(splits, 1) or (cfg.block_kv // max(splits, 1)) % 8:
+        bad.append(f"block_kv {cfg.block_kv} is not a multiple of 8 columns a split")
+    if cfg.block_kv % 32:
+        # per-token loops guard tx < block_kv; tilelang 0.1.15 refuses the
+        # barrier inside a guard that splits a warp (80 compiled with 0.1.12)
+        bad.append(f"block_kv {cfg.block_kv} is not a multiple of a warp")
     if rows * HEAD_DIM // cfg.threads > 128:
         bad.append(f"{rows * HEAD_DIM // cfg.threads} accumulator floats per thread")
     if (2 * rows // cfg.row_tile) % cfg.reduce_batch:

@@ -119,20 +119,21 @@ def _smem_args(num_queries: int, cfg: TileConfig) -> tuple[int, ...]:
 def select_tile_config(
     num_heads: int, num_queries: int, capability: tuple[int, int]
 ) -> TileConfig:
-    """Pick the CTA shape for an arch.
+    """Pick the CTA shape for an arch (the rules: tile_rule_violations).
 
-    Both GEMMs split their N dimension over all warps (FullCol), so a warp
-    needs block_kv // num_warps >= 8 columns (mma.sync n8), and the fp32
-    output accumulator, padded_rows * 512 / threads floats per thread, must
-    stay <= 128 to avoid spills.  num_stages=2 gathers the next tile's bytes
-    during this tile's math; it is dropped to 1 where it does not fit.
+    The fp32 output accumulator, rows * 512 / threads floats a thread, must
+    stay <= 128, so heads_per_cta halves for long drafts; num_stages=2
+    gathers the next tile's bytes during this tile's math and is dropped to 1
+    where it does not fit.
 
-    SM90 (measured on the H200, tile-shape sweep of 2026-12-03): heads_per_cta=8,
-    block_kv=64, threads=256, one stage (two stages were 1.3-1.7x slower).
-    SM12x: heads_per_cta=4, block_kv=32, threads=128, chosen only to fit
-    101,376 B of shared memory per block and the rules above; these values
-    are UNTESTED on SM120/SM121 hardware (none was available): run the
-    self-check there first.
+    SM90 (measured on the H200, 2026-12-03): heads_per_cta=8, block_kv=64,
+    256 threads, one stage, rows padded to 64 so both GEMMs are wgmma (1.3x
+    faster than the mma.sync shape with rows padded to 16; two stages were
+    slower in every sweep).
+    SM12x: heads_per_cta=4, block_kv=32, threads=128, mma.sync, chosen only
+    to fit 101,376 B of shared memory per block and the rules above; these
+    values are UNTESTED on SM120/SM121 hardware (none was available): run
+    the self-check there first.
     """
     if num_heads % 8 != 0:
         raise ValueError(f"num_heads must be a multiple of 8, got {num_heads}")

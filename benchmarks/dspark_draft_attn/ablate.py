@@ -49,10 +49,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 
 
 def variant_source(name: str) -> str:
-    path = Path(g.dc.__file__).with_name("dspark_draft_attn_tilelang.py")
-    tree = ast.parse(path.read_text())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
-    lines = path.read_text().splitlines(keepends=True)
+    text = Path(g.dc.__file__).with_name("dspark_draft_attn_tilelang.py").read_text()
+    fn = next(n for n in ast.parse(text).body
+              if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
+    lines = text.splitlines(keepends=True)
     src = "".join(lines[fn.lineno - 1 : fn.end_lineno])  # without the decorator line
     for old, new in VARIANTS[name]:
         if old not in src:
@@ -86,7 +86,7 @@ CONFIGS = (g.dc.TileConfig(8, 64, 256, 1, 1, 64), g.dc.TileConfig(8, 64, 256, 1)
 
 
 def _batch(r: int, h: int) -> g.Batch:
-    return g.make_batch(r, h, 5, 5000 + r + h, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+    return g.plain_batch(r, h, 5000 + r + h)
 
 
 def _compile(job: tuple[str, int, Any]) -> None:

@@ -241,6 +241,11 @@ def make_batch(
     return Batch(pool, q, sink.to(DEV), idx, lens, **b, n=n, width=width, uniq_slots=uniq, idx_src=src)
 
 
+def plain_batch(r: int, h: int, seed: int) -> Batch:
+    """A timing batch: N=5, long contexts, no padding rows or clamping, ordinary sinks."""
+    return make_batch(r, h, 5, seed, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+
+
 def run_kernel(b: Batch, out: torch.Tensor, capability: tuple[int, int] | None = None) -> torch.Tensor:
     """capability=(12, 0) runs the SM12x tile configuration (on any GPU)."""
     return dk.dspark_draft_attention(
@@ -259,19 +264,10 @@ def run_kernel(b: Batch, out: torch.Tensor, capability: tuple[int, int] | None =
 
 
 def compile_key(h: int, n: int, cfg: dc.TileConfig) -> Any:
-    return dk.DSparkDraftAttnTileLangKernel.CompileKey(
-        num_heads=h,
-        num_queries=n,
-        width=width_for(n),
-        block_size=BS,
-        page_bytes=PAGE,
-        scale=float(SCALE),
-        heads_per_cta=cfg.heads_per_cta,
-        block_kv=cfg.block_kv,
-        threads=cfg.threads,
-        num_stages=cfg.num_stages,
-        reduce_batch=cfg.reduce_batch,
-        row_tile=cfg.row_tile,
+    """The kernel's compile key for this benchmark's cache layout and a given tile shape."""
+    return dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.dispatch(
+        num_heads=h, num_queries=n, width=width_for(n), block_size=BS, page_bytes=PAGE, scale=float(SCALE),
+        capability=(0, 0), tile=cfg,
     )
 
 
@@ -584,7 +580,7 @@ def benchmark(quick: bool = False, on_row=None) -> dict[str, Any]:
     rows = []
     for r in (1, 8, 64, 256):
         for h in (64, 16):
-            b = make_batch(r, h, 5, 1000 + r + h, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+            b = plain_batch(r, h, 1000 + r + h)
             row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h))
             out = torch.empty_like(b.q)
             tl_fn = lambda b=b, out=out: run_kernel(b, out)  # noqa: E731
@@ -597,7 +593,7 @@ def benchmark(quick: bool = False, on_row=None) -> dict[str, Any]:
             row["pct_of_floor"] = 100.0 * row["floor_us"] / row["tilelang_cold_us"]
             # per draft step: 3 layers (3 independent caches/queries) in one CUDA graph
             layers = [b] + [
-                make_batch(r, h, 5, 2000 + r + h + i, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+                plain_batch(r, h, 2000 + r + h + i)
                 for i in range(2)
             ]
             outs = [torch.empty_like(x.q) for x in layers]
@@ -642,7 +638,7 @@ def sweep(on_row=None) -> dict[str, Any]:
     do_bench's host launch cost hid the differences at small R), each checked first."""
     rows = []
     for r, h in SWEEP_SIZES:
-        b = make_batch(r, h, 5, 3000 + r + h, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+        b = plain_batch(r, h, 3000 + r + h)
         ref = reference(b)
         row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), configs=[])
         for cfg in SWEEP_CONFIGS:

@@ -113,8 +113,10 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     return bad
 
 
-def _smem_args(num_queries: int, cfg: TileConfig) -> tuple[int, ...]:
-    return (num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile)
+def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
+    return smem_bytes(
+        num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile
+    )
 
 
 def select_tile_config(
@@ -159,9 +161,9 @@ def select_tile_config(
         and cfg.heads_per_cta > 1
     ):
         cfg = replace(cfg, heads_per_cta=cfg.heads_per_cta // 2)
-    while smem_bytes(*_smem_args(num_queries, cfg)) > budget and cfg.num_stages > 1:
+    while _tile_smem_bytes(num_queries, cfg) > budget and cfg.num_stages > 1:
         cfg = replace(cfg, num_stages=cfg.num_stages - 1)
-    if smem_bytes(*_smem_args(num_queries, replace(cfg, num_stages=1))) > budget:
+    if _tile_smem_bytes(num_queries, replace(cfg, num_stages=1)) > budget:
         raise ValueError(
             f"no tile for num_queries={num_queries} fits {budget} B of shared memory"
         )

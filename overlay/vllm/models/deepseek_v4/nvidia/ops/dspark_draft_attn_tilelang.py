@@ -37,6 +37,7 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     ROPE_DIM,
     SCALE_BYTES_PER_TOKEN,
     TOKEN_DATA_BYTES,
+    TileConfig,
     dspark_index_width,
     padded_rows,
     select_tile_config,
@@ -294,8 +295,15 @@ class DSparkDraftAttnTileLangKernel(
         page_bytes: int,
         scale: float,
         capability: tuple[int, int],
+        tile: TileConfig | None = None,
     ) -> CompileKey:
-        cfg = select_tile_config(num_heads, num_queries, capability)
+        # tile: a given CTA shape instead of the arch's (the benchmark's sweep).
+        # vLLM's warm-up traces this body: assignments and one return only.
+        cfg = (
+            tile
+            if tile is not None
+            else select_tile_config(num_heads, num_queries, capability)
+        )
         return self.CompileKey(
             num_heads=num_heads,
             num_queries=num_queries,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import json
 import os
 import sys
@@ -74,10 +73,12 @@ def jit_variant(name: str):
 
 
 def args_for(b: g.Batch, out, cfg) -> tuple:
-    """The kernel function's positional arguments: its tensors, then its compile key's fields
-    (CompileKey lists them in the function's order)."""
+    """The kernel function's positional arguments, as the kernel owner's launch spec lays
+    them out (its undecorated __call__)."""
     key = g.compile_key(b.q.shape[1], b.n, cfg)
-    return (*g.kernel_tensors(b, out).values(), *dataclasses.astuple(key))
+    owner = g.dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL
+    _, launch_args = type(owner).__call__.__wrapped__(owner, **g.kernel_tensors(b, out), compile_key=key)
+    return launch_args
 
 
 SIZES = ((1, 64), (256, 16))

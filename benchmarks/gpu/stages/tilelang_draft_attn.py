@@ -25,12 +25,24 @@ def run(ctx: Context) -> dict:
     result: dict = {}
     if torch.cuda.is_available():
         out = ctx.work / "draft_attn.json"
+        smoke = ctx.work / "smoke.json"
+        # one compile (~40 s) and two small cases first, capped: a kernel that hangs costs
+        # this cap instead of the stage's
+        steps["smoke"] = ctx.sh(
+            "smoke",
+            [py, "-m", "benchmarks.dspark_draft_attn.draft_attn_gpu", "smoke", "--json", str(smoke)],
+            150,
+        )
+        result["smoke"] = json.loads(smoke.read_text()).get("smoke") if smoke.exists() else None
+        if steps["smoke"]["rc"] != 0:
+            ctx.save(steps=steps, draft_attn=result)
+            return {"steps": steps, "draft_attn": result, "ok": False}
         steps["check_and_bench"] = ctx.sh(
             "check_and_bench",
             [py, "-m", "benchmarks.dspark_draft_attn.draft_attn_gpu", "all", "--json", str(out)],
             ctx.left() - 60,  # what is left goes to pytest (collection alone took 15 s there)
         )
-        result = json.loads(out.read_text()) if out.exists() else {}
+        result |= json.loads(out.read_text()) if out.exists() else {}
         ctx.save(steps=steps, draft_attn=result)
     steps["pytest_patched"] = ctx.sh(
         "pytest_patched", [py, "-m", "pytest", "-v", "-rfEs", "--durations=5", "tests/patched/tilelang"], 60

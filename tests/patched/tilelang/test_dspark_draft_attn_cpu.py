@@ -145,7 +145,7 @@ def test_reference_on_upstream_index_kernel_batch():
 def test_tile_config_fits_and_follows_warp_rules(num_heads, num_queries, capability):
     cfg = dc.select_tile_config(num_heads, num_queries, capability)
     budget = dc.SM120_SMEM_BYTES if capability[0] == 12 else dc.SM90_SMEM_BYTES
-    assert dc.smem_bytes(num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile) <= budget
+    assert dc._tile_smem_bytes(num_queries, cfg) <= budget
     assert num_heads % cfg.heads_per_cta == 0
     assert dc.tile_rule_violations(cfg, num_queries) == []
     # wgmma (rows padded to 64) only where TileLang lowers to it: SM90
@@ -154,10 +154,17 @@ def test_tile_config_fits_and_follows_warp_rules(num_heads, num_queries, capabil
         # two stages do not fit 101,376 B with this shape: one stage, 89,248 B in the
         # generated kernel (N=7, tilelang 0.1.12; the estimate, 92,576 B, errs on the safe side)
         assert (cfg.heads_per_cta, cfg.block_kv, cfg.threads, cfg.num_stages) == (4, 32, 128, 1)
+        assert not cfg.warp_specialized
         assert dc.smem_bytes(num_queries, 4, 32, 2) > budget
+    elif capability[0] == 9:
+        # warp-specialised: one wgmma tile of (query, head) rows, none of it padding
+        # where the heads allow (64 x 1, 32 x 2, 16 x 4); 8 heads take all N queries
+        assert cfg.warp_specialized and cfg.threads == 384 and cfg.num_stages == 2
+        rows = dc.cta_queries(num_queries, cfg) * cfg.heads_per_cta
+        assert rows == (64 if num_heads >= 16 else 8 * num_queries)
+        assert dc.ws_smem_bytes(cfg.block_kv) <= budget
     else:
-        # SM90: two stages fit but measured slower on the H200 (2026-12-03 sweep)
-        assert cfg.num_stages == 1 and dc.smem_bytes(num_queries, 8, 64, 2, cfg.row_tile) <= budget
+        assert not cfg.warp_specialized and cfg.num_stages == 1
 
 
 def test_tile_config_rejects_bad_heads():
@@ -182,7 +189,7 @@ def kernel_module(monkeypatch):
     except ImportError:
         # stand-in (no tilelang in CPU CI): tilelang_jit leaves the kernel undecorated
         stub = types.ModuleType("vllm.tilelang_utils")
-        stub.T = None
+        stub.T = types.SimpleNamespace(macro=lambda fn: fn)  # module-level @T.macro
         stub.tilelang_jit = lambda fn: fn
         monkeypatch.setitem(sys.modules, "vllm.tilelang_utils", stub)
     monkeypatch.delitem(sys.modules, name, raising=False)
@@ -195,8 +202,13 @@ def test_compile_keys(kernel_module):
     kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
     (k90,) = owner.get_warmup_keys(**kw, capability=(9, 0))
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))
-    assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 1)
+    assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 16, 64, 384, 2)
+    assert (k90.warp_specialized, k90.queries_per_cta) == (True, 4)
+    assert (k120.warp_specialized, k120.queries_per_cta) == (False, 5)
     assert (k90.row_tile, k120.row_tile) == (64, 16)
+    # the owner picks the kernel function from the key, as upstream's mHC owners do
+    assert owner.kernel(k90) is kernel_module.dspark_draft_attn_ws_tilelang
+    assert owner.kernel(k120) is kernel_module.dspark_draft_attn_tilelang
     assert k90.reduce_batch == k120.reduce_batch == 1
     assert (k120.heads_per_cta, k120.block_kv, k120.threads, k120.num_stages) == (4, 32, 128, 1)
     assert k90 != k120 and hash(k90) != hash(k120)
@@ -271,6 +283,20 @@ def test_tile_rules_catch_unbuildable_shapes():
     assert dc.tile_rule_violations(dc.TileConfig(8, 64, 256, 1, 4, 64), 5)  # 2 rows, batch 4
     assert dc.tile_rule_violations(dc.TileConfig(8, 80, 256, row_tile=64), 5)  # splits a warp
     assert dc.tile_rule_violations(dc.TileConfig(8, 64, 256, 1, 6), 5) == []  # 6 rows, batch 6
+    ws = dict(warp_specialized=True, row_tile=64)
+    assert dc.tile_rule_violations(dc.TileConfig(16, 64, 384, 2, queries_per_cta=4, **ws), 5) == []
+    assert dc.tile_rule_violations(dc.TileConfig(16, 64, 384, 2, queries_per_cta=5, **ws), 5)  # 80 rows
+    assert dc.tile_rule_violations(dc.TileConfig(16, 64, 256, 2, queries_per_cta=4, **ws), 5)  # 2 WGs
+    assert dc.tile_rule_violations(dc.TileConfig(64, 128, 384, 2, queries_per_cta=1, **ws), 5)  # smem
+
+
+def test_ws_register_split_fits_the_launch(kernel_module):
+    """setmaxnreg.inc only takes registers the CTA's own setmaxnreg.dec released: if the
+    three warpgroups' counts summed past the launch's 384 x 168 registers, the softmax
+    warpgroup would wait forever for its increase (a hang on the GPU, nothing on CPU)."""
+    regs = kernel_module._WS_REGS
+    assert all(r % 8 == 0 and 24 <= r <= 256 for r in regs)
+    assert 128 * sum(regs) <= 384 * (65536 // 384 // 8 * 8)
 
 
 def test_every_ablation_variant_edits_the_current_kernel():

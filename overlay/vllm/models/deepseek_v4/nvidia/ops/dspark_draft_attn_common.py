@@ -30,6 +30,8 @@ _NEG_LARGE = -(2.0**30)
 SM120_SMEM_BYTES = 101_376
 # H100/H200 (SM90) opt-in shared memory per block.
 SM90_SMEM_BYTES = 232_448
+# Rows of one warp-specialised CTA: one wgmma M tile.
+WS_ROWS = 64
 
 
 def padded_rows(num_queries: int, heads_per_cta: int, row_tile: int = 16) -> int:
@@ -79,6 +81,31 @@ class TileConfig:
     # MMA row tile the query rows are padded to: 16 (mma.sync) or 64 (wgmma,
     # SM90 only, whole warpgroups)
     row_tile: int = 16
+    # SM90 warp-specialised kernel (dspark_draft_attn_ws_tilelang): 384
+    # threads, a producer warpgroup gathering the next KV tile while two
+    # consumer warpgroups multiply this one; a CTA takes queries_per_cta of
+    # the request's queries (0 = all) x heads_per_cta heads, <= 64 rows.
+    warp_specialized: bool = False
+    queries_per_cta: int = 0
+
+
+def cta_queries(num_queries: int, cfg: TileConfig) -> int:
+    """Queries one CTA handles (the plain kernel: all of the request's)."""
+    return min(cfg.queries_per_cta or num_queries, num_queries)
+
+
+def ws_smem_bytes(block_kv: int) -> int:
+    """Shared memory of the warp-specialised kernel: Q (64 rows), two bf16 KV
+    tiles, P, the live flags of both tiles, two row-factor vectors, and the
+    same 4 KiB reduction allowance as smem_bytes."""
+    return (
+        2 * WS_ROWS * HEAD_DIM
+        + 2 * 2 * block_kv * HEAD_DIM
+        + 2 * WS_ROWS * block_kv
+        + 4 * 2 * block_kv
+        + 2 * 4 * WS_ROWS
+        + 4096
+    )
 
 
 def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
@@ -90,6 +117,8 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     them; the fp32 output accumulator, rows * 512 / threads floats a thread,
     must stay <= 128.
     """
+    if cfg.warp_specialized:
+        return _ws_rule_violations(cfg, num_queries)
     rows = padded_rows(num_queries, cfg.heads_per_cta, cfg.row_tile)
     bad = []
     if cfg.row_tile == 64:
@@ -113,7 +142,27 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     return bad
 
 
+def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
+    """The warp-specialised kernel: 3 warpgroups, <= 64 rows (one wgmma M
+    tile, each consumer holding 64 x 256 fp32), the producer's 16 threads a
+    token covering block_kv in passes of 8 tokens, both KV tiles in SM90's
+    shared memory."""
+    bad = []
+    rows = cta_queries(num_queries, cfg) * cfg.heads_per_cta
+    if cfg.threads != 384:
+        bad.append("the warp-specialised kernel runs 3 warpgroups (384 threads)")
+    if rows > WS_ROWS:
+        bad.append(f"{rows} rows > {WS_ROWS} (one wgmma row tile)")
+    if cfg.block_kv % 16:
+        bad.append(f"block_kv {cfg.block_kv} is not a multiple of 16")
+    if ws_smem_bytes(cfg.block_kv) > SM90_SMEM_BYTES:
+        bad.append(f"{ws_smem_bytes(cfg.block_kv)} B of shared memory")
+    return bad
+
+
 def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
+    if cfg.warp_specialized:
+        return ws_smem_bytes(cfg.block_kv)
     return smem_bytes(
         num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile
     )
@@ -145,11 +194,19 @@ def select_tile_config(
         cfg = TileConfig(heads_per_cta=4, block_kv=32, threads=128, num_stages=1)
         budget = SM120_SMEM_BYTES
     elif capability[0] == 9:
-        # rows padded to 64 so both GEMMs lower to wgmma
-        cfg = TileConfig(
-            heads_per_cta=8, block_kv=64, threads=256, num_stages=1, row_tile=64
+        # One wgmma row tile of (query, head) rows: 64 heads x 1 query,
+        # 32 x 2, 16 x 4, 8 x N (N <= 8), so no rows are padding at 64/32
+        # heads.
+        heads = max(d for d in range(8, WS_ROWS + 1, 8) if num_heads % d == 0)
+        return TileConfig(
+            heads_per_cta=heads,
+            block_kv=64,
+            threads=384,
+            num_stages=2,
+            row_tile=WS_ROWS,
+            warp_specialized=True,
+            queries_per_cta=max(1, min(num_queries, WS_ROWS // heads)),
         )
-        budget = SM90_SMEM_BYTES
     else:
         cfg = TileConfig(heads_per_cta=8, block_kv=64, threads=256, num_stages=1)
         budget = SM90_SMEM_BYTES

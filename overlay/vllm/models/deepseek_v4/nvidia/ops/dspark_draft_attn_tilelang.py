@@ -38,6 +38,7 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     SCALE_BYTES_PER_TOKEN,
     TOKEN_DATA_BYTES,
     TileConfig,
+    cta_queries,
     dspark_index_width,
     padded_rows,
     select_tile_config,
@@ -261,6 +262,348 @@ def dspark_draft_attn_tilelang(
                     ] = acc_o[m, d] * alpha[m]
 
 
+# Register split of the warp-specialised kernel (setmaxnreg): the softmax
+# warpgroup holds the score tile and half the output accumulator, the second
+# consumer the other half, the producer addresses and 16-byte loads in
+# flight. setmaxnreg.inc takes registers only from what the CTA's own
+# setmaxnreg.dec released, so the sum must stay within the launch's
+# 384 x 168 (__launch_bounds__(384, 1)): 128 x 504 = 64,512.
+_WS_REGS = (240, 168, 96)
+
+
+@T.macro
+def _ws_softmax_tile(
+    t, q_l, q_r, k_l, k_r, kbuf, ready, free, s_ready, s_free, live_s, len_f,
+    acc_s, acc_o_l, m_i, m_prev, l_i, l_tile, alpha, alpha_s, p_s,
+    live_len, block_kv, scale_log2,
+):  # fmt: skip
+    """Consumer 0, tile t (K buffer kbuf): S = Q K^T, online softmax, P to
+    shared for both consumers, O[:, :256] += P V[:, :256]."""
+    if t * block_kv < live_len:
+        T.barrier_wait(ready[kbuf], (t // 2) % 2)
+        for m, j in T.Parallel(acc_s.shape[0], block_kv):
+            acc_s[m, j] = T.if_then_else(
+                (t * block_kv + j < len_f[m]) & (live_s[kbuf, j] != 0),
+                0,
+                -T.infinity(T.float32),
+            )
+        T.gemm(q_l, k_l, acc_s, transpose_B=True)
+        T.gemm(q_r, k_r, acc_s, transpose_B=True)
+        if t > 0:
+            # consumer 1 is done with the previous P and alpha
+            T.barrier_wait(s_free, (t - 1) % 2)
+        T.copy(m_i, m_prev)
+        T.reduce_max(acc_s, m_i, dim=1, clear=False)
+        for m in T.Parallel(acc_s.shape[0]):
+            m_i[m] = T.max(m_i[m], m_prev[m])
+            alpha[m] = T.exp2((m_prev[m] - m_i[m]) * scale_log2)
+        for m, j in T.Parallel(acc_s.shape[0], block_kv):
+            acc_s[m, j] = T.exp2((acc_s[m, j] - m_i[m]) * scale_log2)
+        T.reduce_sum(acc_s, l_tile, dim=1)
+        for m in T.Parallel(acc_s.shape[0]):
+            l_i[m] = l_i[m] * alpha[m] + l_tile[m]
+        for m, d in T.Parallel(acc_o_l.shape[0], acc_o_l.shape[1]):
+            acc_o_l[m, d] = acc_o_l[m, d] * alpha[m]
+        T.copy(alpha, alpha_s)
+        T.copy(acc_s, p_s)
+        # generic-proxy stores, read next by wgmma (async proxy)
+        T.fence_proxy_async()
+        T.barrier_arrive(s_ready)
+        T.gemm(p_s, k_l, acc_o_l)
+        T.barrier_arrive(free[kbuf])
+
+
+@T.macro
+def _ws_pv_tile(
+    t, k_r, kbuf, free, s_ready, s_free, acc_o_r, alpha_s, p_s, live_len, block_kv
+):
+    """Consumer 1, tile t: O[:, 256:] = alpha O[:, 256:] + P V[:, 256:]."""
+    if t * block_kv < live_len:
+        T.barrier_wait(s_ready, t % 2)
+        for m, d in T.Parallel(acc_o_r.shape[0], acc_o_r.shape[1]):
+            acc_o_r[m, d] = acc_o_r[m, d] * alpha_s[m]
+        T.gemm(p_s, k_r, acc_o_r)
+        T.barrier_arrive(free[kbuf])
+        T.barrier_arrive(s_free)
+
+
+@T.macro
+def _ws_gather_tile(
+    t, k_l, k_r, kbuf, ready, free, live_s, raw, rope, p,
+    indices, kv_fp8, kv_i64, kv_bf16, rid, src_row, live_len,
+    block_kv, block_size,
+):  # fmt: skip
+    """Producer, tile t: 16 threads a token, thread p % 16 owns column chunk
+    c of each half (16 values: one 16-byte e4m3 load, or two bf16 RoPE loads
+    for the right half's last 4 chunks), dequantised in registers."""
+    half = HEAD_DIM // 2
+    chunks = half // 16
+    toks_per_pass = 128 // chunks
+    nope_chunks_r = (NOPE_DIM - half) // 16
+    scale_word0 = block_size * TOKEN_DATA_BYTES // 8
+    c = p % chunks
+    if t * block_kv < live_len:
+        # wait until both consumers are done with this buffer's last tile
+        T.barrier_wait(free[kbuf], (t // 2) % 2 ^ 1)
+        for k in T.unroll(block_kv // toks_per_pass):
+            j = k * toks_per_pass + p // chunks
+            pos = t * block_kv + j
+            slot = indices[rid, src_row, pos]
+            ok = (pos < live_len) & (slot >= 0)
+            slot_c = T.if_then_else(ok, slot, 0)
+            page = slot_c // block_size
+            tok = slot_c % block_size
+            word = kv_i64[page, scale_word0 + tok]
+            if c == 0:
+                live_s[kbuf, j] = T.if_then_else(ok, 1, 0)
+            sc_l = T.exp2(T.cast((word >> (8 * (c // 4))) & 255, T.float32) - 127.0)
+            for v in T.vectorized(16):
+                raw[v] = kv_fp8[page, tok * TOKEN_DATA_BYTES + c * 16 + v]
+            for v in T.vectorized(16):
+                k_l[j, c * 16 + v] = T.if_then_else(
+                    ok,
+                    T.cast(T.cast(raw[v], T.float32) * sc_l, T.bfloat16),
+                    T.cast(0, T.bfloat16),
+                )
+            if c < nope_chunks_r:
+                sc_r = T.exp2(
+                    T.cast((word >> (8 * (4 + c // 4))) & 255, T.float32) - 127.0
+                )
+                for v in T.vectorized(16):
+                    raw[v] = kv_fp8[page, tok * TOKEN_DATA_BYTES + half + c * 16 + v]
+                for v in T.vectorized(16):
+                    k_r[j, c * 16 + v] = T.if_then_else(
+                        ok,
+                        T.cast(T.cast(raw[v], T.float32) * sc_r, T.bfloat16),
+                        T.cast(0, T.bfloat16),
+                    )
+            else:
+                for v in T.vectorized(16):
+                    rope[v] = kv_bf16[
+                        page,
+                        tok * (TOKEN_DATA_BYTES // 2)
+                        + NOPE_DIM // 2
+                        + (c - nope_chunks_r) * 16
+                        + v,
+                    ]
+                for v in T.vectorized(16):
+                    k_r[j, c * 16 + v] = T.if_then_else(
+                        ok, rope[v], T.cast(0, T.bfloat16)
+                    )
+        T.fence_proxy_async()
+        T.barrier_arrive(ready[kbuf])
+
+
+@tilelang_jit
+def dspark_draft_attn_ws_tilelang(
+    q,
+    kv_fp8,
+    kv_i64,
+    kv_bf16,
+    indices,
+    lens,
+    attn_sink,
+    out,
+    num_heads: int,
+    num_queries: int,
+    width: int,
+    block_size: int,
+    page_bytes: int,
+    scale: float,
+    heads_per_cta: int = 64,
+    queries_per_cta: int = 1,
+    block_kv: int = 64,
+):
+    """The same math as dspark_draft_attn_tilelang, warp-specialised (SM90).
+
+    One CTA per (request, query group, head group): up to 64 rows, row m =
+    query q0 + m // heads_per_cta, head h0 + m % heads_per_cta (64 heads x 1
+    query, 16 x 4, ...: rows are not padded where the heads allow it).
+    Three warpgroups, after FlashMLA / TileLang's sparse MLA example:
+
+    * producer (threads 256-383): gathers tile t's fp8_ds_mla rows with
+      16-byte loads, dequantises them in registers and stores the bf16 halves
+      [0, 256) and [256, 512) into K buffer t % 2, then arrives k_ready; it
+      waits k_free before reusing a buffer, so it gathers tile t + 1 while
+      the consumers multiply tile t;
+    * consumer 0 (threads 0-127): S = Q K^T, online softmax, publishes P and
+      the rescale factor (s_ready), O[:, :256] += P V[:, :256];
+    * consumer 1 (threads 128-255): O[:, 256:] += P V[:, 256:].
+
+    Rows with no live slot give zeros, the sink is folded in at the end.
+    """
+    num_reqs = T.dynamic("num_reqs")
+    num_blocks = T.dynamic("num_blocks")
+    m_pad = 64
+    half = HEAD_DIM // 2
+    hpc = heads_per_cta
+    rows = queries_per_cta * hpc
+    assert rows <= m_pad and num_heads % hpc == 0
+    assert width % block_kv == 0 and block_kv % 8 == 0
+    num_pairs = -(-width // block_kv // 2)
+    scale_log2 = scale * LOG2E
+    assert SCALE_BYTES_PER_TOKEN == 8 and page_bytes % 8 == 0
+
+    q: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
+    kv_fp8: T.Tensor[[num_blocks, page_bytes], T.float8_e4m3fn]  # type: ignore[no-redef,valid-type]
+    kv_i64: T.Tensor[[num_blocks, page_bytes // 8], T.int64]  # type: ignore[no-redef,valid-type]
+    kv_bf16: T.Tensor[[num_blocks, page_bytes // 2], T.bfloat16]  # type: ignore[no-redef,valid-type]
+    indices: T.Tensor[[num_reqs, num_queries, width], T.int32]  # type: ignore[no-redef,valid-type]
+    lens: T.Tensor[[num_reqs, num_queries], T.int32]  # type: ignore[no-redef,valid-type]
+    attn_sink: T.Tensor[[num_heads], T.float32]  # type: ignore[no-redef,valid-type]
+    out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
+
+    with T.Kernel(
+        num_heads // heads_per_cta,
+        T.ceildiv(num_queries, queries_per_cta),
+        num_reqs,
+        threads=384,
+    ) as (gid, qg, rid):
+        q_l = T.alloc_shared([m_pad, half], T.bfloat16)
+        q_r = T.alloc_shared([m_pad, half], T.bfloat16)
+        k_l0 = T.alloc_shared([block_kv, half], T.bfloat16)
+        k_r0 = T.alloc_shared([block_kv, half], T.bfloat16)
+        k_l1 = T.alloc_shared([block_kv, half], T.bfloat16)
+        k_r1 = T.alloc_shared([block_kv, half], T.bfloat16)
+        p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
+        live_s = T.alloc_shared([2, block_kv], T.int32)
+        alpha_s = T.alloc_shared([m_pad], T.float32)
+        fin_s = T.alloc_shared([m_pad], T.float32)
+
+        acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
+        acc_o_l = T.alloc_fragment([m_pad, half], T.float32)
+        acc_o_r = T.alloc_fragment([m_pad, half], T.float32)
+        m_i = T.alloc_fragment([m_pad], T.float32)
+        m_prev = T.alloc_fragment([m_pad], T.float32)
+        l_i = T.alloc_fragment([m_pad], T.float32)
+        l_tile = T.alloc_fragment([m_pad], T.float32)
+        alpha = T.alloc_fragment([m_pad], T.float32)
+        len_f = T.alloc_fragment([m_pad], T.int32)
+
+        bar_q = T.alloc_barrier(arrive_count=256)
+        k_ready = T.alloc_barrier([128, 128])
+        k_free = T.alloc_barrier([256, 256])
+        s_ready = T.alloc_barrier(arrive_count=128)
+        s_free = T.alloc_barrier(arrive_count=128)
+        fin_ready = T.alloc_barrier(arrive_count=128)
+
+        q0 = qg * queries_per_cta
+        h0 = gid * heads_per_cta
+        # Every role derives the live length from the same lens, so all three
+        # skip the same dead tiles (and their barrier phases). All N rows of
+        # a request carry the same list; gather with the longest one.
+        max_len = T.alloc_var(T.int32, init=0)
+        src_row = T.alloc_var(T.int32, init=0)
+        for n in T.serial(num_queries):
+            if lens[rid, n] > max_len:
+                max_len = lens[rid, n]
+                src_row = n
+        live_len = T.min(max_len, width)
+
+        tx = T.get_thread_binding()
+        if tx < 128:
+            T.set_max_nreg(_WS_REGS[0], 1)
+            for m, d in T.Parallel(m_pad, half):
+                q_l[m, d] = T.if_then_else(
+                    (m < rows) & (q0 + m // heads_per_cta < num_queries),
+                    q[
+                        rid,
+                        T.min(q0 + m // heads_per_cta, num_queries - 1),
+                        h0 + m % heads_per_cta,
+                        d,
+                    ],
+                    T.cast(0, T.bfloat16),
+                )
+            for m in T.Parallel(m_pad):
+                len_f[m] = T.if_then_else(
+                    (m < rows) & (q0 + m // heads_per_cta < num_queries),
+                    lens[rid, T.min(q0 + m // heads_per_cta, num_queries - 1)],
+                    0,
+                )
+            T.fill(acc_o_l, 0)
+            T.fill(l_i, 0)
+            T.fill(m_i, _NEG_LARGE)
+            T.fence_proxy_async()
+            T.barrier_arrive(bar_q)
+            T.barrier_wait(bar_q, 0)
+            for i in T.serial(num_pairs):
+                _ws_softmax_tile(
+                    2 * i, q_l, q_r, k_l0, k_r0, 0, k_ready, k_free, s_ready,
+                    s_free, live_s, len_f, acc_s, acc_o_l, m_i, m_prev, l_i,
+                    l_tile, alpha, alpha_s, p_s, live_len, block_kv, scale_log2,
+                )  # fmt: skip
+                _ws_softmax_tile(
+                    2 * i + 1, q_l, q_r, k_l1, k_r1, 1, k_ready, k_free, s_ready,
+                    s_free, live_s, len_f, acc_s, acc_o_l, m_i, m_prev, l_i,
+                    l_tile, alpha, alpha_s, p_s, live_len, block_kv, scale_log2,
+                )  # fmt: skip
+            # Fold the sink (around max(m, sink): a large or -inf sink cannot
+            # overflow) and hand the per-row factor to consumer 1.
+            for m in T.Parallel(m_pad):
+                sink_log2 = attn_sink[h0 + m % heads_per_cta] * LOG2E
+                m_log2 = m_i[m] * scale_log2
+                top = T.max(m_log2, sink_log2)
+                corr = T.exp2(m_log2 - top)
+                denom = l_i[m] * corr + T.exp2(sink_log2 - top)
+                alpha[m] = T.if_then_else(
+                    (len_f[m] > 0) & (l_i[m] > 0), corr / denom, 0.0
+                )
+            T.copy(alpha, fin_s)
+            T.barrier_arrive(fin_ready)
+            # Q is dead: stage the output there for 16-byte stores.
+            for m, d in T.Parallel(m_pad, half):
+                q_l[m, d] = T.cast(acc_o_l[m, d] * alpha[m], T.bfloat16)
+            for m, d in T.Parallel(m_pad, half):
+                if (m < rows) & (q0 + m // hpc < num_queries):
+                    out[rid, q0 + m // hpc, h0 + m % hpc, d] = q_l[m, d]
+        elif tx >= 128 and tx < 256:
+            T.set_max_nreg(_WS_REGS[1], 1)
+            for m, d in T.Parallel(m_pad, half):
+                q_r[m, d] = T.if_then_else(
+                    (m < rows) & (q0 + m // heads_per_cta < num_queries),
+                    q[
+                        rid,
+                        T.min(q0 + m // heads_per_cta, num_queries - 1),
+                        h0 + m % heads_per_cta,
+                        half + d,
+                    ],
+                    T.cast(0, T.bfloat16),
+                )
+            T.fill(acc_o_r, 0)
+            T.fence_proxy_async()
+            T.barrier_arrive(bar_q)
+            for i in T.serial(num_pairs):
+                _ws_pv_tile(
+                    2 * i, k_r0, 0, k_free, s_ready, s_free, acc_o_r, alpha_s,
+                    p_s, live_len, block_kv,
+                )  # fmt: skip
+                _ws_pv_tile(
+                    2 * i + 1, k_r1, 1, k_free, s_ready, s_free, acc_o_r, alpha_s,
+                    p_s, live_len, block_kv,
+                )  # fmt: skip
+            T.barrier_wait(fin_ready, 0)
+            for m, d in T.Parallel(m_pad, half):
+                q_r[m, d] = T.cast(acc_o_r[m, d] * fin_s[m], T.bfloat16)
+            for m, d in T.Parallel(m_pad, half):
+                if (m < rows) & (q0 + m // hpc < num_queries):
+                    out[rid, q0 + m // hpc, h0 + m % hpc, half + d] = q_r[m, d]
+        elif tx >= 256:
+            T.set_max_nreg(_WS_REGS[2], 0)
+            raw = T.alloc_local([16], T.float8_e4m3fn)
+            rope = T.alloc_local([16], T.bfloat16)
+            for i in T.serial(num_pairs):
+                _ws_gather_tile(
+                    2 * i, k_l0, k_r0, 0, k_ready, k_free, live_s, raw, rope,
+                    tx - 256, indices, kv_fp8, kv_i64, kv_bf16, rid, src_row,
+                    live_len, block_kv, block_size,
+                )  # fmt: skip
+                _ws_gather_tile(
+                    2 * i + 1, k_l1, k_r1, 1, k_ready, k_free, live_s, raw, rope,
+                    tx - 256, indices, kv_fp8, kv_i64, kv_bf16, rid, src_row,
+                    live_len, block_kv, block_size,
+                )  # fmt: skip
+
+
 class DSparkDraftAttnTileLangKernel(
     VllmTileLangJitKernel["DSparkDraftAttnTileLangKernel.CompileKey"]
 ):
@@ -280,9 +623,13 @@ class DSparkDraftAttnTileLangKernel(
         num_stages: int
         reduce_batch: int
         row_tile: int
+        warp_specialized: bool
+        queries_per_cta: int
 
     @staticmethod
-    def kernel() -> Any:
+    def kernel(compile_key: CompileKey) -> Any:
+        if compile_key.warp_specialized:
+            return dspark_draft_attn_ws_tilelang
         return dspark_draft_attn_tilelang
 
     def dispatch(  # type: ignore[override]
@@ -317,6 +664,8 @@ class DSparkDraftAttnTileLangKernel(
             num_stages=cfg.num_stages,
             reduce_batch=cfg.reduce_batch,
             row_tile=cfg.row_tile,
+            warp_specialized=cfg.warp_specialized,
+            queries_per_cta=cta_queries(num_queries, cfg),
         )
 
     def get_warmup_keys(
@@ -376,15 +725,8 @@ class DSparkDraftAttnTileLangKernel(
         compile_key: CompileKey,
     ) -> TileLangLaunchSpec:
         key = compile_key
-        return (), (
-            q,
-            kv_fp8,
-            kv_i64,
-            kv_bf16,
-            indices,
-            lens,
-            attn_sink,
-            out,
+        tensors = (q, kv_fp8, kv_i64, kv_bf16, indices, lens, attn_sink, out)
+        shape = (
             key.num_heads,
             key.num_queries,
             key.width,
@@ -392,6 +734,12 @@ class DSparkDraftAttnTileLangKernel(
             key.page_bytes,
             key.scale,
             key.heads_per_cta,
+        )
+        if key.warp_specialized:
+            return (key,), (*tensors, *shape, key.queries_per_cta, key.block_kv)
+        return (key,), (
+            *tensors,
+            *shape,
             key.block_kv,
             key.threads,
             key.num_stages,

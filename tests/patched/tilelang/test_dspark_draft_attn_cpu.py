@@ -13,6 +13,7 @@ real owner class.
 """
 
 import ast
+import dataclasses
 import importlib
 import math
 import sys
@@ -159,10 +160,12 @@ def test_tile_config_fits_and_follows_warp_rules(num_heads, num_queries, capabil
     elif capability[0] == 9:
         # warp-specialised: one wgmma tile of (query, head) rows, none of it padding
         # where the heads allow (64 x 1, 32 x 2, 16 x 4); 8 heads take all N queries
-        assert cfg.warp_specialized and cfg.threads == 384 and cfg.num_stages == 2
+        assert cfg.warp_specialized and cfg.threads == 384 and cfg.num_stages == 3
         rows = dc.cta_queries(num_queries, cfg) * cfg.heads_per_cta
         assert rows == (64 if num_heads >= 16 else 8 * num_queries)
-        assert dc.ws_smem_bytes(cfg.block_kv) <= budget
+        assert dc.ws_smem_bytes(cfg.block_kv, cfg.num_stages) <= budget
+        # a 64-token tile does not fit beside its staging (two bf16 tiles + raw bytes)
+        assert dc.tile_rule_violations(dataclasses.replace(cfg, block_kv=64, num_stages=1), num_queries)
     else:
         assert not cfg.warp_specialized and cfg.num_stages == 1
 
@@ -202,7 +205,7 @@ def test_compile_keys(kernel_module):
     kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
     (k90,) = owner.get_warmup_keys(**kw, capability=(9, 0))
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))
-    assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 16, 64, 384, 2)
+    assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 16, 32, 384, 3)
     assert (k90.warp_specialized, k90.queries_per_cta) == (True, 4)
     assert (k120.warp_specialized, k120.queries_per_cta) == (False, 5)
     assert (k90.row_tile, k120.row_tile) == (64, 16)
@@ -284,10 +287,11 @@ def test_tile_rules_catch_unbuildable_shapes():
     assert dc.tile_rule_violations(dc.TileConfig(8, 80, 256, row_tile=64), 5)  # splits a warp
     assert dc.tile_rule_violations(dc.TileConfig(8, 64, 256, 1, 6), 5) == []  # 6 rows, batch 6
     ws = dict(warp_specialized=True, row_tile=64)
-    assert dc.tile_rule_violations(dc.TileConfig(16, 64, 384, 2, queries_per_cta=4, **ws), 5) == []
-    assert dc.tile_rule_violations(dc.TileConfig(16, 64, 384, 2, queries_per_cta=5, **ws), 5)  # 80 rows
-    assert dc.tile_rule_violations(dc.TileConfig(16, 64, 256, 2, queries_per_cta=4, **ws), 5)  # 2 WGs
-    assert dc.tile_rule_violations(dc.TileConfig(64, 128, 384, 2, queries_per_cta=1, **ws), 5)  # smem
+    assert dc.tile_rule_violations(dc.TileConfig(16, 32, 384, 3, queries_per_cta=4, **ws), 5) == []
+    assert dc.tile_rule_violations(dc.TileConfig(16, 32, 384, 3, queries_per_cta=5, **ws), 5)  # 80 rows
+    assert dc.tile_rule_violations(dc.TileConfig(16, 32, 256, 3, queries_per_cta=4, **ws), 5)  # 2 WGs
+    assert dc.tile_rule_violations(dc.TileConfig(64, 48, 384, 3, queries_per_cta=1, **ws), 5)  # copies
+    assert dc.tile_rule_violations(dc.TileConfig(64, 64, 384, 2, queries_per_cta=1, **ws), 5)  # smem
 
 
 def test_ws_register_split_fits_the_launch(kernel_module):

@@ -82,9 +82,10 @@ class TileConfig:
     # SM90 only, whole warpgroups)
     row_tile: int = 16
     # SM90 warp-specialised kernel (dspark_draft_attn_ws_tilelang): 384
-    # threads, a producer warpgroup gathering the next KV tile while two
-    # consumer warpgroups multiply this one; a CTA takes queries_per_cta of
-    # the request's queries (0 = all) x heads_per_cta heads, <= 64 rows.
+    # threads, a producer warpgroup keeping num_stages tiles of raw bytes in
+    # flight and dequantising the next tile while two consumer warpgroups
+    # multiply this one; a CTA takes queries_per_cta of the request's
+    # queries (0 = all) x heads_per_cta heads, <= 64 rows.
     warp_specialized: bool = False
     queries_per_cta: int = 0
 
@@ -94,16 +95,20 @@ def cta_queries(num_queries: int, cfg: TileConfig) -> int:
     return min(cfg.queries_per_cta or num_queries, num_queries)
 
 
-def ws_smem_bytes(block_kv: int) -> int:
+def ws_smem_bytes(block_kv: int, num_stages: int) -> int:
     """Shared memory of the warp-specialised kernel: Q (64 rows), two bf16 KV
-    tiles, P, the live flags of both tiles, two row-factor vectors, and the
-    same 4 KiB reduction allowance as smem_bytes."""
+    tiles, P, the live flags of both tiles, two row-factor vectors, the
+    index row (up to 256 slots), num_stages tiles of raw fp8_ds_mla bytes,
+    and the same 4 KiB reduction allowance as smem_bytes."""
+    raw = block_kv * (NOPE_DIM + 2 * ROPE_DIM + SCALE_BYTES_PER_TOKEN)
     return (
         2 * WS_ROWS * HEAD_DIM
         + 2 * 2 * block_kv * HEAD_DIM
         + 2 * WS_ROWS * block_kv
         + 4 * 2 * block_kv
         + 2 * 4 * WS_ROWS
+        + 4 * 256
+        + num_stages * raw
         + 4096
     )
 
@@ -153,16 +158,20 @@ def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append("the warp-specialised kernel runs 3 warpgroups (384 threads)")
     if rows > WS_ROWS:
         bad.append(f"{rows} rows > {WS_ROWS} (one wgmma row tile)")
-    if cfg.block_kv % 16:
-        bad.append(f"block_kv {cfg.block_kv} is not a multiple of 16")
-    if ws_smem_bytes(cfg.block_kv) > SM90_SMEM_BYTES:
-        bad.append(f"{ws_smem_bytes(cfg.block_kv)} B of shared memory")
+    if cfg.block_kv % 32:
+        # the producer's 36 16-byte copies a token, 128 threads
+        bad.append(f"block_kv {cfg.block_kv} is not a multiple of 32")
+    if cfg.num_stages < 1:
+        bad.append("num_stages (raw tiles in flight) must be >= 1")
+    smem = ws_smem_bytes(cfg.block_kv, cfg.num_stages)
+    if smem > SM90_SMEM_BYTES:
+        bad.append(f"{smem} B of shared memory")
     return bad
 
 
 def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
     if cfg.warp_specialized:
-        return ws_smem_bytes(cfg.block_kv)
+        return ws_smem_bytes(cfg.block_kv, cfg.num_stages)
     return smem_bytes(
         num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile
     )
@@ -200,9 +209,9 @@ def select_tile_config(
         heads = max(d for d in range(8, WS_ROWS + 1, 8) if num_heads % d == 0)
         return TileConfig(
             heads_per_cta=heads,
-            block_kv=64,
+            block_kv=32,
             threads=384,
-            num_stages=2,
+            num_stages=3,
             row_tile=WS_ROWS,
             warp_specialized=True,
             queries_per_cta=max(1, min(num_queries, WS_ROWS // heads)),

@@ -269,6 +269,9 @@ def dspark_draft_attn_tilelang(
 # setmaxnreg.dec released, so the sum must stay within the launch's
 # 384 x 168 (__launch_bounds__(384, 1)): 128 x 504 = 64,512.
 _WS_REGS = (240, 168, 96)
+# Named barrier of the producer warpgroup's own syncs (TileLang's partial
+# syncs take the low ids).
+_WS_PRODUCER_BARRIER = 12
 
 
 @T.macro
@@ -328,70 +331,147 @@ def _ws_pv_tile(
 
 
 @T.macro
-def _ws_gather_tile(
-    t, k_l, k_r, kbuf, ready, free, live_s, raw, rope, p,
-    indices, kv_fp8, kv_i64, kv_bf16, rid, src_row, live_len,
-    block_kv, block_size,
+def _ws_issue_tile(
+    t, stage, raw_ready, raw_s, rope_s, scale_s, idx_s, slots, p,
+    kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
 ):  # fmt: skip
-    """Producer, tile t: 16 threads a token, thread p % 16 owns column chunk
-    c of each half (16 values: one 16-byte e4m3 load, or two bf16 RoPE loads
-    for the right half's last 4 chunks), dequantised in registers."""
-    half = HEAD_DIM // 2
-    chunks = half // 16
-    toks_per_pass = 128 // chunks
-    nope_chunks_r = (NOPE_DIM - half) // 16
-    scale_word0 = block_size * TOKEN_DATA_BYTES // 8
-    c = p % chunks
+    """Producer: start the async copy (cp.async, no registers held) of tile
+    t's raw fp8_ds_mla bytes into staging slot ``stage``: per token 28
+    16-byte NoPE chunks, 8 RoPE chunks and the 8 scale bytes. Slots past the
+    live length read slot 0 (masked when dequantised). Every producer thread
+    arrives on raw_ready[stage] once its own copies land."""
+    chunks = (NOPE_DIM + 2 * ROPE_DIM) // 16
+    nope_chunks = NOPE_DIM // 16
+    per_thread = block_kv * chunks // 128
     if t * block_kv < live_len:
-        # wait until both consumers are done with this buffer's last tile
+        # all index reads first, then all copies: one sync between them
+        # instead of one around every copy
+        for k in T.unroll(per_thread):
+            pos = t * block_kv + (k * 128 + p) // chunks
+            slots[k] = T.if_then_else(pos < live_len, T.max(idx_s[pos], 0), 0)
+        pos = t * block_kv + p % block_kv
+        slots[per_thread] = T.if_then_else(pos < live_len, T.max(idx_s[pos], 0), 0)
+        for k in T.unroll(per_thread):
+            j = (k * 128 + p) // chunks
+            ch = (k * 128 + p) % chunks
+            page = slots[k] // block_size
+            tok = slots[k] % block_size
+            if ch < nope_chunks:
+                T.ptx_cp_async(
+                    T.access_ptr(raw_s[stage, j, ch * 16], "w", extent=16),
+                    T.access_ptr(
+                        kv_fp8[page, tok * TOKEN_DATA_BYTES + ch * 16], "r", extent=16
+                    ),
+                    16,
+                )
+            else:
+                T.ptx_cp_async(
+                    T.access_ptr(
+                        rope_s[stage, j, (ch - nope_chunks) * 8], "w", extent=8
+                    ),
+                    T.access_ptr(
+                        kv_bf16[
+                            page,
+                            tok * (TOKEN_DATA_BYTES // 2)
+                            + NOPE_DIM // 2
+                            + (ch - nope_chunks) * 8,
+                        ],
+                        "r",
+                        extent=8,
+                    ),
+                    8,
+                )
+        if p < block_kv:
+            T.ptx_cp_async(
+                T.access_ptr(scale_s[stage, p], "w", extent=1),
+                T.access_ptr(
+                    kv_i64[
+                        slots[per_thread] // block_size,
+                        block_size * TOKEN_DATA_BYTES // 8
+                        + slots[per_thread] % block_size,
+                    ],
+                    "r",
+                    extent=1,
+                ),
+                1,
+            )
+        T.cp_async_barrier_noinc(raw_ready[stage])
+
+
+@T.macro
+def _ws_dequant_tile(
+    t, stage, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
+    raw_s, rope_s, scale_s, idx_s, live_s, p, live_len, block_kv,
+):  # fmt: skip
+    """Producer: once tile t's bytes have landed and both consumers are done
+    with K buffer kbuf, dequantise the staged tile into it (32 threads a
+    token, 16 output values a thread: left half NoPE, right half NoPE, or
+    RoPE), mark its live slots and arrive k_ready."""
+    half = HEAD_DIM // 2
+    c = p % 32
+    if t * block_kv < live_len:
+        T.barrier_wait(raw_ready[stage], (t // num_stages) % 2)
         T.barrier_wait(free[kbuf], (t // 2) % 2 ^ 1)
-        for k in T.unroll(block_kv // toks_per_pass):
-            j = k * toks_per_pass + p // chunks
+        for k in T.unroll(block_kv // 4):
+            j = k * 4 + p // 32
             pos = t * block_kv + j
-            slot = indices[rid, src_row, pos]
-            ok = (pos < live_len) & (slot >= 0)
-            slot_c = T.if_then_else(ok, slot, 0)
-            page = slot_c // block_size
-            tok = slot_c % block_size
-            word = kv_i64[page, scale_word0 + tok]
+            ok = (pos < live_len) & (idx_s[pos] >= 0)
+            word = scale_s[stage, j]
             if c == 0:
                 live_s[kbuf, j] = T.if_then_else(ok, 1, 0)
-            sc_l = T.exp2(T.cast((word >> (8 * (c // 4))) & 255, T.float32) - 127.0)
-            for v in T.vectorized(16):
-                raw[v] = kv_fp8[page, tok * TOKEN_DATA_BYTES + c * 16 + v]
-            for v in T.vectorized(16):
-                k_l[j, c * 16 + v] = T.if_then_else(
-                    ok,
-                    T.cast(T.cast(raw[v], T.float32) * sc_l, T.bfloat16),
-                    T.cast(0, T.bfloat16),
-                )
-            if c < nope_chunks_r:
-                sc_r = T.exp2(
-                    T.cast((word >> (8 * (4 + c // 4))) & 255, T.float32) - 127.0
-                )
+            if c < 16:
+                sc = T.exp2(T.cast((word >> (8 * (c // 4))) & 255, T.float32) - 127.0)
                 for v in T.vectorized(16):
-                    raw[v] = kv_fp8[page, tok * TOKEN_DATA_BYTES + half + c * 16 + v]
-                for v in T.vectorized(16):
-                    k_r[j, c * 16 + v] = T.if_then_else(
+                    k_l[j, c * 16 + v] = T.if_then_else(
                         ok,
-                        T.cast(T.cast(raw[v], T.float32) * sc_r, T.bfloat16),
+                        T.cast(
+                            T.cast(raw_s[stage, j, c * 16 + v], T.float32) * sc,
+                            T.bfloat16,
+                        ),
+                        T.cast(0, T.bfloat16),
+                    )
+            elif c < 28:
+                sc_r = T.exp2(
+                    T.cast((word >> (8 * (4 + (c - 16) // 4))) & 255, T.float32) - 127.0
+                )
+                for v in T.vectorized(16):
+                    k_r[j, (c - 16) * 16 + v] = T.if_then_else(
+                        ok,
+                        T.cast(
+                            T.cast(raw_s[stage, j, half + (c - 16) * 16 + v], T.float32)
+                            * sc_r,
+                            T.bfloat16,
+                        ),
                         T.cast(0, T.bfloat16),
                     )
             else:
                 for v in T.vectorized(16):
-                    rope[v] = kv_bf16[
-                        page,
-                        tok * (TOKEN_DATA_BYTES // 2)
-                        + NOPE_DIM // 2
-                        + (c - nope_chunks_r) * 16
-                        + v,
-                    ]
-                for v in T.vectorized(16):
-                    k_r[j, c * 16 + v] = T.if_then_else(
-                        ok, rope[v], T.cast(0, T.bfloat16)
+                    k_r[j, (c - 16) * 16 + v] = T.if_then_else(
+                        ok, rope_s[stage, j, (c - 28) * 16 + v], T.cast(0, T.bfloat16)
                     )
+        # generic-proxy stores, read next by wgmma (async proxy)
         T.fence_proxy_async()
         T.barrier_arrive(ready[kbuf])
+
+
+@T.macro
+def _ws_produce_tile(
+    t, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
+    raw_s, rope_s, scale_s, idx_s, slots, live_s, p,
+    kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
+):  # fmt: skip
+    """Dequantise tile t, then reuse its staging slot for tile t + num_stages:
+    num_stages tiles' bytes are in flight while tiles are dequantised."""
+    _ws_dequant_tile(
+        t, t % num_stages, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
+        raw_s, rope_s, scale_s, idx_s, live_s, p, live_len, block_kv,
+    )  # fmt: skip
+    # every producer thread has read the slot before it is overwritten
+    T.sync_threads(_WS_PRODUCER_BARRIER, 128)
+    _ws_issue_tile(
+        t + num_stages, t % num_stages, raw_ready, raw_s, rope_s, scale_s, idx_s,
+        slots, p, kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
+    )  # fmt: skip
 
 
 @tilelang_jit
@@ -412,7 +492,8 @@ def dspark_draft_attn_ws_tilelang(
     scale: float,
     heads_per_cta: int = 64,
     queries_per_cta: int = 1,
-    block_kv: int = 64,
+    block_kv: int = 32,
+    num_stages: int = 3,
 ):
     """The same math as dspark_draft_attn_tilelang, warp-specialised (SM90).
 
@@ -421,11 +502,11 @@ def dspark_draft_attn_ws_tilelang(
     query, 16 x 4, ...: rows are not padded where the heads allow it).
     Three warpgroups, after FlashMLA / TileLang's sparse MLA example:
 
-    * producer (threads 256-383): gathers tile t's fp8_ds_mla rows with
-      16-byte loads, dequantises them in registers and stores the bf16 halves
-      [0, 256) and [256, 512) into K buffer t % 2, then arrives k_ready; it
-      waits k_free before reusing a buffer, so it gathers tile t + 1 while
-      the consumers multiply tile t;
+    * producer (threads 256-383): reads the request's index row once, keeps
+      num_stages tiles of raw fp8_ds_mla bytes in flight (cp.async into
+      staging), and dequantises tile t into the bf16 halves [0, 256) and
+      [256, 512) of K buffer t % 2 once the consumers freed it (k_free),
+      then arrives k_ready;
     * consumer 0 (threads 0-127): S = Q K^T, online softmax, publishes P and
       the rescale factor (s_ready), O[:, :256] += P V[:, :256];
     * consumer 1 (threads 128-255): O[:, 256:] += P V[:, 256:].
@@ -439,7 +520,8 @@ def dspark_draft_attn_ws_tilelang(
     hpc = heads_per_cta
     rows = queries_per_cta * hpc
     assert rows <= m_pad and num_heads % hpc == 0
-    assert width % block_kv == 0 and block_kv % 8 == 0
+    assert width % block_kv == 0 and block_kv % 4 == 0
+    assert block_kv * (NOPE_DIM + 2 * ROPE_DIM) // 16 % 128 == 0
     num_pairs = -(-width // block_kv // 2)
     scale_log2 = scale * LOG2E
     assert SCALE_BYTES_PER_TOKEN == 8 and page_bytes % 8 == 0
@@ -469,6 +551,11 @@ def dspark_draft_attn_ws_tilelang(
         live_s = T.alloc_shared([2, block_kv], T.int32)
         alpha_s = T.alloc_shared([m_pad], T.float32)
         fin_s = T.alloc_shared([m_pad], T.float32)
+        # producer only: the index row and num_stages tiles of raw bytes
+        idx_s = T.alloc_shared([width], T.int32)
+        raw_s = T.alloc_shared([num_stages, block_kv, NOPE_DIM], T.float8_e4m3fn)
+        rope_s = T.alloc_shared([num_stages, block_kv, ROPE_DIM], T.bfloat16)
+        scale_s = T.alloc_shared([num_stages, block_kv], T.int64)
 
         acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
         acc_o_l = T.alloc_fragment([m_pad, half], T.float32)
@@ -486,6 +573,7 @@ def dspark_draft_attn_ws_tilelang(
         s_ready = T.alloc_barrier(arrive_count=128)
         s_free = T.alloc_barrier(arrive_count=128)
         fin_ready = T.alloc_barrier(arrive_count=128)
+        raw_ready = T.alloc_barrier([128] * num_stages)
 
         q0 = qg * queries_per_cta
         h0 = gid * heads_per_cta
@@ -589,18 +677,29 @@ def dspark_draft_attn_ws_tilelang(
                     out[rid, q0 + m // hpc, h0 + m % hpc, half + d] = q_r[m, d]
         elif tx >= 256:
             T.set_max_nreg(_WS_REGS[2], 0)
-            raw = T.alloc_local([16], T.float8_e4m3fn)
-            rope = T.alloc_local([16], T.bfloat16)
-            for i in T.serial(num_pairs):
-                _ws_gather_tile(
-                    2 * i, k_l0, k_r0, 0, k_ready, k_free, live_s, raw, rope,
-                    tx - 256, indices, kv_fp8, kv_i64, kv_bf16, rid, src_row,
-                    live_len, block_kv, block_size,
+            p = tx - 256
+            slots = T.alloc_local(
+                [block_kv * (NOPE_DIM + 2 * ROPE_DIM) // 16 // 128 + 1], T.int32
+            )
+            for j in T.serial(T.ceildiv(width, 128)):
+                if j * 128 + p < width:
+                    idx_s[j * 128 + p] = indices[rid, src_row, j * 128 + p]
+            T.sync_threads(_WS_PRODUCER_BARRIER, 128)
+            for t in T.serial(num_stages):
+                _ws_issue_tile(
+                    t, t, raw_ready, raw_s, rope_s, scale_s, idx_s, slots, p,
+                    kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
                 )  # fmt: skip
-                _ws_gather_tile(
-                    2 * i + 1, k_l1, k_r1, 1, k_ready, k_free, live_s, raw, rope,
-                    tx - 256, indices, kv_fp8, kv_i64, kv_bf16, rid, src_row,
-                    live_len, block_kv, block_size,
+            for i in T.serial(num_pairs):
+                _ws_produce_tile(
+                    2 * i, num_stages, k_l0, k_r0, 0, k_ready, k_free, raw_ready,
+                    raw_s, rope_s, scale_s, idx_s, slots, live_s, p, kv_fp8,
+                    kv_i64, kv_bf16, live_len, block_kv, block_size,
+                )  # fmt: skip
+                _ws_produce_tile(
+                    2 * i + 1, num_stages, k_l1, k_r1, 1, k_ready, k_free,
+                    raw_ready, raw_s, rope_s, scale_s, idx_s, slots, live_s, p,
+                    kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
                 )  # fmt: skip
 
 
@@ -736,7 +835,13 @@ class DSparkDraftAttnTileLangKernel(
             key.heads_per_cta,
         )
         if key.warp_specialized:
-            return (key,), (*tensors, *shape, key.queries_per_cta, key.block_kv)
+            return (key,), (
+                *tensors,
+                *shape,
+                key.queries_per_cta,
+                key.block_kv,
+                key.num_stages,
+            )
         return (key,), (
             *tensors,
             *shape,

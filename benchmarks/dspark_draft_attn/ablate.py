@@ -47,17 +47,54 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def variant_source(name: str) -> str:
-    text = Path(g.dc.__file__).with_name("dspark_draft_attn_tilelang.py").read_text()
-    fn = next(n for n in ast.parse(text).body
-              if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
-    lines = text.splitlines(keepends=True)
-    src = "".join(lines[fn.lineno - 1 : fn.end_lineno])  # without the decorator line
-    for old, new in VARIANTS[name]:
+# The warp-specialised kernel (dspark_draft_attn_ws_tilelang and its _ws_* macros), same idea
+WS_VARIANTS: dict[str, list[tuple[str, str]]] = {
+    "ws_whole": [],
+    "ws_no_gemms": [
+        ("T.gemm(q_l, k_l, acc_s, transpose_B=True)", "pass"),
+        ("T.gemm(q_r, k_r, acc_s, transpose_B=True)", "pass"),
+        ("T.gemm(p_s, k_l, acc_o_l)", "pass"),
+        ("T.gemm(p_s, k_r, acc_o_r)", "pass"),
+    ],
+    "ws_no_softmax_reductions": [
+        ("T.reduce_max(acc_s, m_i, dim=1, clear=False)", "pass"),
+        ("T.reduce_sum(acc_s, l_tile, dim=1)", "T.fill(l_tile, 1.0)"),
+    ],
+    # the producer dequantises 4 of a tile's 32 tokens
+    "ws_dequant_one_pass": [("for k in T.unroll(block_kv // 4):", "for k in T.unroll(1):")],
+    # the producer copies 1 of its 9 chunks a tile (and the scales)
+    "ws_copy_one_chunk": [("for k in T.unroll(per_thread):\n            j =", "for k in T.unroll(1):\n            j =")],
+    "ws_one_tile": [("live_len = T.min(max_len, width)", "live_len = T.min(max_len, block_kv)")],
+}
+ALL_VARIANTS = VARIANTS | WS_VARIANTS
+
+
+def _kernel_text() -> str:
+    return Path(g.dc.__file__).with_name("dspark_draft_attn_tilelang.py").read_text()
+
+
+def _edit(name: str, src: str) -> str:
+    for old, new in ALL_VARIANTS[name]:
         if old not in src:
             raise ValueError(f"variant {name}: {old!r} not in the kernel")
         src = src.replace(old, new)
-    return src.replace("def dspark_draft_attn_tilelang(", f"def ablate_{name}(", 1)
+    return src
+
+
+def variant_source(name: str) -> str:
+    text = _kernel_text()
+    lines = text.splitlines(keepends=True)
+    body = ast.parse(text).body
+    if name in WS_VARIANTS:
+        # the macros with their decorators, the kernel function without its own
+        macros = [n for n in body if isinstance(n, ast.FunctionDef) and n.name.startswith("_ws_")]
+        fn = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_ws_tilelang")
+        src = "".join("".join(lines[m.lineno - 2 : m.end_lineno]) + "\n\n" for m in macros)
+        src += "".join(lines[fn.lineno - 1 : fn.end_lineno])
+        return _edit(name, src).replace("def dspark_draft_attn_ws_tilelang(", f"def ablate_{name}(", 1)
+    fn = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
+    src = "".join(lines[fn.lineno - 1 : fn.end_lineno])  # without the decorator line
+    return _edit(name, src).replace("def dspark_draft_attn_tilelang(", f"def ablate_{name}(", 1)
 
 
 def jit_variant(name: str):
@@ -82,8 +119,13 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
 
 
 SIZES = ((1, 64), (256, 16))
-# the SM90 default (wgmma) and the earlier mma.sync one
-CONFIGS = (g.dc.TileConfig(8, 64, 256, 1, 1, 64), g.dc.TileConfig(8, 64, 256, 1))
+# the SM90 default (wgmma; the mma.sync shape's ablation is in the run-4 and run-5 results)
+CONFIGS = (g.dc.TileConfig(8, 64, 256, 1, 1, 64),)
+
+
+def configs_for(name: str, h: int) -> tuple:
+    """The plain kernel's variants run both CONFIGS, the warp-specialised ones its shape."""
+    return (g.dc.warp_specialized_config(h, 5),) if name in WS_VARIANTS else CONFIGS
 
 
 def _batch(r: int, h: int) -> g.Batch:
@@ -108,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         Path(a.json).write_text(json.dumps(rep, indent=1, default=str))
 
-    jobs = [(v, h, c) for v in VARIANTS for _, h in SIZES for c in CONFIGS]
+    jobs = [(v, h, c) for v in ALL_VARIANTS for _, h in SIZES for c in configs_for(v, h)]
     rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
     save()
     # the kernels one call of the real wrapper launches, with device times
@@ -129,15 +171,15 @@ def main(argv: list[str] | None = None) -> int:
         b = _batch(r, h)
         zero = _batch(r, h)
         zero.lens.zero_()
-        for cfg in CONFIGS:
-            for name in VARIANTS:
+        for name in ALL_VARIANTS:
+            for cfg in configs_for(name, h):
                 row: dict[str, Any] = dict(R=r, H=h, variant=name, **cfg.__dict__)
                 try:
                     kern = jit_variant(name)
                     out = torch.empty_like(b.q)
                     args = args_for(b, out, cfg)
                     row["graph_hot_us"] = g.graph_us([lambda args=args, kern=kern: kern(*args)])
-                    if name == "whole":
+                    if name in ("whole", "ws_whole"):
                         zargs = args_for(zero, torch.empty_like(b.q), cfg)
                         row["graph_hot_us_all_lens_0"] = g.graph_us([lambda zargs=zargs, kern=kern: kern(*zargs)])
                 except Exception as e:  # noqa: BLE001 - reported

@@ -157,17 +157,19 @@ def test_tile_config_fits_and_follows_warp_rules(num_heads, num_queries, capabil
         assert (cfg.heads_per_cta, cfg.block_kv, cfg.threads, cfg.num_stages) == (4, 32, 128, 1)
         assert not cfg.warp_specialized
         assert dc.smem_bytes(num_queries, 4, 32, 2) > budget
-    elif capability[0] == 9:
-        # warp-specialised: one wgmma tile of (query, head) rows, none of it padding
-        # where the heads allow (64 x 1, 32 x 2, 16 x 4); 8 heads take all N queries
-        assert cfg.warp_specialized and cfg.threads == 384 and cfg.num_stages == 3
-        rows = dc.cta_queries(num_queries, cfg) * cfg.heads_per_cta
-        assert rows == (64 if num_heads >= 16 else 8 * num_queries)
-        assert dc.ws_smem_bytes(cfg.block_kv, cfg.num_stages) <= budget
-        # a 64-token tile does not fit beside its staging (two bf16 tiles + raw bytes)
-        assert dc.tile_rule_violations(dataclasses.replace(cfg, block_kv=64, num_stages=1), num_queries)
     else:
-        assert not cfg.warp_specialized and cfg.num_stages == 1
+        # SM90: two stages fit but measured slower on the H200 (2026-12-03 sweep); the
+        # warp-specialised kernel too (run 9), so it is not the default
+        assert not cfg.warp_specialized
+        assert cfg.num_stages == 1 and dc.smem_bytes(num_queries, 8, 64, 2, cfg.row_tile) <= budget
+    ws = dc.warp_specialized_config(num_heads, num_queries)
+    # one wgmma tile of (query, head) rows, none of it padding where the heads allow
+    # (64 x 1, 32 x 2, 16 x 4); 8 heads take all N queries
+    assert ws.warp_specialized and ws.threads == 384 and num_heads % ws.heads_per_cta == 0
+    assert dc.cta_queries(num_queries, ws) * ws.heads_per_cta == (64 if num_heads >= 16 else 8 * num_queries)
+    assert dc.tile_rule_violations(ws, num_queries) == []
+    # a 64-token tile does not fit beside its staging (two bf16 tiles + raw bytes)
+    assert dc.tile_rule_violations(dataclasses.replace(ws, block_kv=64, num_stages=1), num_queries)
 
 
 def test_tile_config_rejects_bad_heads():
@@ -205,13 +207,18 @@ def test_compile_keys(kernel_module):
     kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
     (k90,) = owner.get_warmup_keys(**kw, capability=(9, 0))
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))
-    assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 16, 32, 384, 3)
-    assert (k90.warp_specialized, k90.queries_per_cta) == (True, 4)
+    assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 1)
+    assert (k90.warp_specialized, k90.queries_per_cta) == (False, 5)
     assert (k120.warp_specialized, k120.queries_per_cta) == (False, 5)
     assert (k90.row_tile, k120.row_tile) == (64, 16)
     # the owner picks the kernel function from the key, as upstream's mHC owners do
-    assert owner.kernel(k90) is kernel_module.dspark_draft_attn_ws_tilelang
-    assert owner.kernel(k120) is kernel_module.dspark_draft_attn_tilelang
+    kws = owner.dispatch(
+        num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=page, scale=512**-0.5,
+        capability=(9, 0), tile=dc.warp_specialized_config(16, 5),
+    )
+    assert (kws.warp_specialized, kws.queries_per_cta, kws.heads_per_cta) == (True, 4, 16)
+    assert owner.kernel(kws) is kernel_module.dspark_draft_attn_ws_tilelang
+    assert owner.kernel(k90) is kernel_module.dspark_draft_attn_tilelang
     assert k90.reduce_batch == k120.reduce_batch == 1
     assert (k120.heads_per_cta, k120.block_kv, k120.threads, k120.num_stages) == (4, 32, 128, 1)
     assert k90 != k120 and hash(k90) != hash(k120)
@@ -308,9 +315,11 @@ def test_every_ablation_variant_edits_the_current_kernel():
     kernel's source would time the whole kernel under a wrong name (or fail on the GPU)."""
     from benchmarks.dspark_draft_attn import ablate
 
-    whole = ablate.variant_source("whole")
-    for name, edits in ablate.VARIANTS.items():
-        src = ablate.variant_source(name)
-        assert src.startswith(f"def ablate_{name}(")
-        assert (src != whole.replace("ablate_whole", f"ablate_{name}")) == bool(edits), name
+    for whole_name, variants in (("whole", ablate.VARIANTS), ("ws_whole", ablate.WS_VARIANTS)):
+        whole = ablate.variant_source(whole_name)
+        for name, edits in variants.items():
+            src = ablate.variant_source(name)
+            assert f"def ablate_{name}(" in src and "@tilelang_jit" not in src
+            assert (src != whole.replace(f"ablate_{whole_name}", f"ablate_{name}")) == bool(edits), name
+            compile(src, name, "exec")  # still Python
         ast.parse(src)

@@ -63,8 +63,9 @@ WS_VARIANTS: dict[str, list[tuple[str, str]]] = {
     # the producer dequantises 4 of a tile's 32 tokens
     "ws_dequant_one_pass": [("for k in T.unroll(block_kv // 4):", "for k in T.unroll(1):")],
     # the producer copies 1 of its 9 chunks a tile (and the scales)
-    "ws_copy_one_chunk": [("for k in T.unroll(per_thread):\n            j =", "for k in T.unroll(1):\n            j =")],
-    "ws_one_tile": [("live_len = T.min(max_len, width)", "live_len = T.min(max_len, block_kv)")],
+    "ws_copy_one_chunk": [
+        ("for k in T.unroll(per_thread):\n            j =", "for k in T.unroll(1):\n            j ="),
+    ],
 }
 ALL_VARIANTS = VARIANTS | WS_VARIANTS
 

@@ -275,6 +275,38 @@ _WS_PRODUCER_BARRIER = 12
 
 
 @T.macro
+def _ws_load_q(q, q_half, rid, q0, h0, d0, hpc, qpc, num_queries):
+    """One consumer's half of the CTA's Q rows, one tile copy per query (16-byte
+    loads; an elementwise copy with a per-row guard was not vectorised); rows
+    of queries past N and padding rows are zeros."""
+    half = HEAD_DIM // 2
+    for qi in T.serial(qpc):
+        if q0 + qi < num_queries:
+            T.copy(
+                q[rid, q0 + qi, h0 : h0 + hpc, d0 : d0 + half],
+                q_half[qi * hpc : (qi + 1) * hpc, :],
+            )
+        else:
+            for m, d in T.Parallel(hpc, half):
+                q_half[qi * hpc + m, d] = T.cast(0, T.bfloat16)
+    if qpc * hpc < q_half.shape[0]:
+        for m, d in T.Parallel(q_half.shape[0] - qpc * hpc, half):
+            q_half[qpc * hpc + m, d] = T.cast(0, T.bfloat16)
+
+
+@T.macro
+def _ws_store_out(o_half, out, rid, q0, h0, d0, hpc, qpc, num_queries):
+    """The staged output half of the CTA's live rows, one tile copy per query."""
+    half = HEAD_DIM // 2
+    for qi in T.serial(qpc):
+        if q0 + qi < num_queries:
+            T.copy(
+                o_half[qi * hpc : (qi + 1) * hpc, :],
+                out[rid, q0 + qi, h0 : h0 + hpc, d0 : d0 + half],
+            )
+
+
+@T.macro
 def _ws_softmax_tile(
     t, q_l, q_r, k_l, k_r, kbuf, ready, free, s_ready, s_free, live_s, len_f,
     acc_s, acc_o_l, m_i, m_prev, l_i, l_tile, alpha, alpha_s, p_s,
@@ -401,7 +433,7 @@ def _ws_issue_tile(
 @T.macro
 def _ws_dequant_tile(
     t, stage, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
-    raw_s, rope_s, scale_s, idx_s, live_s, p, live_len, block_kv,
+    raw_s, rope_s, scale_s, idx_s, live_s, sc, p, live_len, block_kv,
 ):  # fmt: skip
     """Producer: once tile t's bytes have landed and both consumers are done
     with K buffer kbuf, dequantise the staged tile into it (32 threads a
@@ -419,27 +451,29 @@ def _ws_dequant_tile(
             word = scale_s[stage, j]
             if c == 0:
                 live_s[kbuf, j] = T.if_then_else(ok, 1, 0)
+            # the chunk's 2^(byte - 127) once (an expression would be
+            # recomputed for each of the 16 values)
+            sc[0] = T.exp2(
+                T.cast((word >> (8 * (c % 16 // 4 + c // 16 * 4))) & 255, T.float32)
+                - 127.0
+            )
             if c < 16:
-                sc = T.exp2(T.cast((word >> (8 * (c // 4))) & 255, T.float32) - 127.0)
                 for v in T.vectorized(16):
                     k_l[j, c * 16 + v] = T.if_then_else(
                         ok,
                         T.cast(
-                            T.cast(raw_s[stage, j, c * 16 + v], T.float32) * sc,
+                            T.cast(raw_s[stage, j, c * 16 + v], T.float32) * sc[0],
                             T.bfloat16,
                         ),
                         T.cast(0, T.bfloat16),
                     )
             elif c < 28:
-                sc_r = T.exp2(
-                    T.cast((word >> (8 * (4 + (c - 16) // 4))) & 255, T.float32) - 127.0
-                )
                 for v in T.vectorized(16):
                     k_r[j, (c - 16) * 16 + v] = T.if_then_else(
                         ok,
                         T.cast(
                             T.cast(raw_s[stage, j, half + (c - 16) * 16 + v], T.float32)
-                            * sc_r,
+                            * sc[0],
                             T.bfloat16,
                         ),
                         T.cast(0, T.bfloat16),
@@ -457,14 +491,14 @@ def _ws_dequant_tile(
 @T.macro
 def _ws_produce_tile(
     t, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
-    raw_s, rope_s, scale_s, idx_s, slots, live_s, p,
+    raw_s, rope_s, scale_s, idx_s, slots, live_s, sc, p,
     kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
 ):  # fmt: skip
     """Dequantise tile t, then reuse its staging slot for tile t + num_stages:
     num_stages tiles' bytes are in flight while tiles are dequantised."""
     _ws_dequant_tile(
         t, t % num_stages, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
-        raw_s, rope_s, scale_s, idx_s, live_s, p, live_len, block_kv,
+        raw_s, rope_s, scale_s, idx_s, live_s, sc, p, live_len, block_kv,
     )  # fmt: skip
     # every producer thread has read the slot before it is overwritten
     T.sync_threads(_WS_PRODUCER_BARRIER, 128)
@@ -591,17 +625,7 @@ def dspark_draft_attn_ws_tilelang(
         tx = T.get_thread_binding()
         if tx < 128:
             T.set_max_nreg(_WS_REGS[0], 1)
-            for m, d in T.Parallel(m_pad, half):
-                q_l[m, d] = T.if_then_else(
-                    (m < rows) & (q0 + m // heads_per_cta < num_queries),
-                    q[
-                        rid,
-                        T.min(q0 + m // heads_per_cta, num_queries - 1),
-                        h0 + m % heads_per_cta,
-                        d,
-                    ],
-                    T.cast(0, T.bfloat16),
-                )
+            _ws_load_q(q, q_l, rid, q0, h0, 0, hpc, queries_per_cta, num_queries)
             for m in T.Parallel(m_pad):
                 len_f[m] = T.if_then_else(
                     (m < rows) & (q0 + m // heads_per_cta < num_queries),
@@ -641,22 +665,10 @@ def dspark_draft_attn_ws_tilelang(
             # Q is dead: stage the output there for 16-byte stores.
             for m, d in T.Parallel(m_pad, half):
                 q_l[m, d] = T.cast(acc_o_l[m, d] * alpha[m], T.bfloat16)
-            for m, d in T.Parallel(m_pad, half):
-                if (m < rows) & (q0 + m // hpc < num_queries):
-                    out[rid, q0 + m // hpc, h0 + m % hpc, d] = q_l[m, d]
+            _ws_store_out(q_l, out, rid, q0, h0, 0, hpc, queries_per_cta, num_queries)
         elif tx >= 128 and tx < 256:
             T.set_max_nreg(_WS_REGS[1], 1)
-            for m, d in T.Parallel(m_pad, half):
-                q_r[m, d] = T.if_then_else(
-                    (m < rows) & (q0 + m // heads_per_cta < num_queries),
-                    q[
-                        rid,
-                        T.min(q0 + m // heads_per_cta, num_queries - 1),
-                        h0 + m % heads_per_cta,
-                        half + d,
-                    ],
-                    T.cast(0, T.bfloat16),
-                )
+            _ws_load_q(q, q_r, rid, q0, h0, half, hpc, queries_per_cta, num_queries)
             T.fill(acc_o_r, 0)
             T.fence_proxy_async()
             T.barrier_arrive(bar_q)
@@ -672,15 +684,16 @@ def dspark_draft_attn_ws_tilelang(
             T.barrier_wait(fin_ready, 0)
             for m, d in T.Parallel(m_pad, half):
                 q_r[m, d] = T.cast(acc_o_r[m, d] * fin_s[m], T.bfloat16)
-            for m, d in T.Parallel(m_pad, half):
-                if (m < rows) & (q0 + m // hpc < num_queries):
-                    out[rid, q0 + m // hpc, h0 + m % hpc, half + d] = q_r[m, d]
+            _ws_store_out(
+                q_r, out, rid, q0, h0, half, hpc, queries_per_cta, num_queries
+            )
         elif tx >= 256:
             T.set_max_nreg(_WS_REGS[2], 0)
             p = tx - 256
             slots = T.alloc_local(
                 [block_kv * (NOPE_DIM + 2 * ROPE_DIM) // 16 // 128 + 1], T.int32
             )
+            sc = T.alloc_local([1], T.float32)
             for j in T.serial(T.ceildiv(width, 128)):
                 if j * 128 + p < width:
                     idx_s[j * 128 + p] = indices[rid, src_row, j * 128 + p]
@@ -693,12 +706,12 @@ def dspark_draft_attn_ws_tilelang(
             for i in T.serial(num_pairs):
                 _ws_produce_tile(
                     2 * i, num_stages, k_l0, k_r0, 0, k_ready, k_free, raw_ready,
-                    raw_s, rope_s, scale_s, idx_s, slots, live_s, p, kv_fp8,
+                    raw_s, rope_s, scale_s, idx_s, slots, live_s, sc, p, kv_fp8,
                     kv_i64, kv_bf16, live_len, block_kv, block_size,
                 )  # fmt: skip
                 _ws_produce_tile(
                     2 * i + 1, num_stages, k_l1, k_r1, 1, k_ready, k_free,
-                    raw_ready, raw_s, rope_s, scale_s, idx_s, slots, live_s, p,
+                    raw_ready, raw_s, rope_s, scale_s, idx_s, slots, live_s, sc, p,
                     kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
                 )  # fmt: skip
 
@@ -893,6 +906,7 @@ def dspark_draft_attention(
     block_size: int,
     page_bytes: int,
     capability: tuple[int, int] | None = None,
+    tile: TileConfig | None = None,
 ) -> torch.Tensor:
     """Draft attention into ``out`` in place (CUDA-graph capturable).
 
@@ -900,7 +914,8 @@ def dspark_draft_attention(
     rows r * num_queries ... + num_queries - 1, as the DSpark draft lays them
     out); swa_cache: [num_blocks, ...] paged fp8_ds_mla bytes with page stride
     ``page_bytes``; indices: [T, 1, width] or [T, width] int32 global slots,
-    -1 padded; lens: [T] int32; attn_sink: [H] fp32.
+    -1 padded; lens: [T] int32; attn_sink: [H] fp32. tile: a CTA shape instead
+    of select_tile_config's (benchmarks and checks).
     """
     num_tokens, num_heads, head_dim = q.shape
     if head_dim != HEAD_DIM:
@@ -921,6 +936,7 @@ def dspark_draft_attention(
         page_bytes=page_bytes,
         scale=float(scale),
         capability=tuple(capability),
+        tile=tile,
     )
     if num_reqs == 0:
         return out

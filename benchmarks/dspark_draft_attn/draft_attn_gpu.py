@@ -711,9 +711,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("what", choices=("smoke", "check", "bench", "sweep", "all"))
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--quick", action="store_true", help="smaller matrix, no sweep")
+    ap.add_argument("--configs", help="sweep only these SWEEP_CONFIGS indices (comma-separated)")
     ap.add_argument("--compile-procs", type=int, default=min(16, os.cpu_count() or 1),
                     help="parallel compile processes before the runs (0: compile as they go)")
     a = ap.parse_args(argv)
+    if a.configs:
+        global SWEEP_CONFIGS
+        SWEEP_CONFIGS = tuple(SWEEP_CONFIGS[int(i)] for i in a.configs.split(","))
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2

@@ -431,58 +431,72 @@ def _ws_issue_tile(
 
 
 @T.macro
+def _ws_dequant_half(
+    t, stage, k_half, d0, nope_chunks, raw_s, rope_s, scale_s, idx_s, live_s,
+    kbuf, sc, lane, live_len, block_kv,
+):  # fmt: skip
+    """Two producer warps fill one half (dims d0 ... d0 + 256) of K buffer
+    kbuf: lane % 16 owns 16 output columns, 4 tokens a pass. Columns past
+    nope_chunks * 16 are RoPE, copied as they are."""
+    c = lane % 16
+    for k in T.unroll(block_kv // 4):
+        j = k * 4 + lane // 16
+        pos = t * block_kv + j
+        ok = (pos < live_len) & (idx_s[pos] >= 0)
+        if c == 0 and d0 == 0:
+            live_s[kbuf, j] = T.if_then_else(ok, 1, 0)
+        if c < nope_chunks:
+            # the chunk's 2^(byte - 127) once (an expression would be
+            # recomputed for each of the 16 values)
+            sc[0] = T.exp2(
+                T.cast(
+                    (scale_s[stage, j] >> (8 * ((d0 + c * 16) // QUANT_BLOCK))) & 255,
+                    T.float32,
+                )
+                - 127.0
+            )
+            for v in T.vectorized(16):
+                k_half[j, c * 16 + v] = T.if_then_else(
+                    ok,
+                    T.cast(
+                        T.cast(raw_s[stage, j, d0 + c * 16 + v], T.float32) * sc[0],
+                        T.bfloat16,
+                    ),
+                    T.cast(0, T.bfloat16),
+                )
+        else:
+            for v in T.vectorized(16):
+                k_half[j, c * 16 + v] = T.if_then_else(
+                    ok,
+                    rope_s[stage, j, (c - nope_chunks) * 16 + v],
+                    T.cast(0, T.bfloat16),
+                )
+
+
+@T.macro
 def _ws_dequant_tile(
     t, stage, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
     raw_s, rope_s, scale_s, idx_s, live_s, sc, p, live_len, block_kv,
 ):  # fmt: skip
     """Producer: once tile t's bytes have landed and both consumers are done
-    with K buffer kbuf, dequantise the staged tile into it (32 threads a
-    token, 16 output values a thread: left half NoPE, right half NoPE, or
-    RoPE), mark its live slots and arrive k_ready."""
+    with K buffer kbuf, dequantise the staged tile into it (warps 0-1 the
+    left half, warps 2-3 the right half: one code path a warp), mark its
+    live slots and arrive k_ready."""
     half = HEAD_DIM // 2
-    c = p % 32
     if t * block_kv < live_len:
         T.barrier_wait(raw_ready[stage], (t // num_stages) % 2)
         T.barrier_wait(free[kbuf], (t // 2) % 2 ^ 1)
-        for k in T.unroll(block_kv // 4):
-            j = k * 4 + p // 32
-            pos = t * block_kv + j
-            ok = (pos < live_len) & (idx_s[pos] >= 0)
-            word = scale_s[stage, j]
-            if c == 0:
-                live_s[kbuf, j] = T.if_then_else(ok, 1, 0)
-            # the chunk's 2^(byte - 127) once (an expression would be
-            # recomputed for each of the 16 values)
-            sc[0] = T.exp2(
-                T.cast((word >> (8 * (c % 16 // 4 + c // 16 * 4))) & 255, T.float32)
-                - 127.0
-            )
-            if c < 16:
-                for v in T.vectorized(16):
-                    k_l[j, c * 16 + v] = T.if_then_else(
-                        ok,
-                        T.cast(
-                            T.cast(raw_s[stage, j, c * 16 + v], T.float32) * sc[0],
-                            T.bfloat16,
-                        ),
-                        T.cast(0, T.bfloat16),
-                    )
-            elif c < 28:
-                for v in T.vectorized(16):
-                    k_r[j, (c - 16) * 16 + v] = T.if_then_else(
-                        ok,
-                        T.cast(
-                            T.cast(raw_s[stage, j, half + (c - 16) * 16 + v], T.float32)
-                            * sc[0],
-                            T.bfloat16,
-                        ),
-                        T.cast(0, T.bfloat16),
-                    )
-            else:
-                for v in T.vectorized(16):
-                    k_r[j, (c - 16) * 16 + v] = T.if_then_else(
-                        ok, rope_s[stage, j, (c - 28) * 16 + v], T.cast(0, T.bfloat16)
-                    )
+        if p < 64:
+            _ws_dequant_half(
+                t, stage, k_l, 0, half // 16, raw_s, rope_s, scale_s, idx_s,
+                live_s, kbuf, sc, p, live_len, block_kv,
+            )  # fmt: skip
+        else:
+            _ws_dequant_half(
+                t, stage, k_r, half, (NOPE_DIM - half) // 16, raw_s, rope_s,
+                scale_s, idx_s, live_s, kbuf, sc, p - 64, live_len,
+                block_kv,
+            )  # fmt: skip
         # generic-proxy stores, read next by wgmma (async proxy)
         T.fence_proxy_async()
         T.barrier_arrive(ready[kbuf])
@@ -498,7 +512,8 @@ def _ws_produce_tile(
     num_stages tiles' bytes are in flight while tiles are dequantised."""
     _ws_dequant_tile(
         t, t % num_stages, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
-        raw_s, rope_s, scale_s, idx_s, live_s, sc, p, live_len, block_kv,
+        raw_s, rope_s, scale_s, idx_s, live_s, sc, p, live_len,
+        block_kv,
     )  # fmt: skip
     # every producer thread has read the slot before it is overwritten
     T.sync_threads(_WS_PRODUCER_BARRIER, 128)
@@ -706,7 +721,8 @@ def dspark_draft_attn_ws_tilelang(
             for i in T.serial(num_pairs):
                 _ws_produce_tile(
                     2 * i, num_stages, k_l0, k_r0, 0, k_ready, k_free, raw_ready,
-                    raw_s, rope_s, scale_s, idx_s, slots, live_s, sc, p, kv_fp8,
+                    raw_s, rope_s, scale_s, idx_s, slots, live_s, sc, p,
+                    kv_fp8,
                     kv_i64, kv_bf16, live_len, block_kv, block_size,
                 )  # fmt: skip
                 _ws_produce_tile(

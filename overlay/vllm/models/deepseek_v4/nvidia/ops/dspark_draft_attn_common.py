@@ -149,9 +149,9 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
 
 def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     """The warp-specialised kernel: 3 warpgroups, <= 64 rows (one wgmma M
-    tile, each consumer holding 64 x 256 fp32), the producer's 16 threads a
-    token covering block_kv in passes of 8 tokens, both KV tiles in SM90's
-    shared memory."""
+    tile, each consumer holding 64 x 256 fp32), a tile's 36 16-byte copies a
+    token spread evenly over the producer's 128 threads, both KV tiles and
+    the raw tiles in flight in SM90's shared memory."""
     bad = []
     rows = cta_queries(num_queries, cfg) * cfg.heads_per_cta
     if cfg.threads != 384:
@@ -184,6 +184,8 @@ def warp_specialized_config(
     64 heads x 1 query, 32 x 2, 16 x 4, 8 x N (N <= 8), so no row is
     padding at 16-64 heads; 32-token KV tiles, num_stages of them in flight.
     Correct on the H200 but slower there than the default (2026-12-03)."""
+    if num_heads % 8 != 0:
+        raise ValueError(f"num_heads must be a multiple of 8, got {num_heads}")
     heads = max(d for d in range(8, WS_ROWS + 1, 8) if num_heads % d == 0)
     return TileConfig(
         heads_per_cta=heads,

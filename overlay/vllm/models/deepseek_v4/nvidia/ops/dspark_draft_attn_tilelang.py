@@ -12,6 +12,11 @@ folded in at the end, rows with no live slot give zeros, and the output is
 written into a caller-owned buffer so the launch can be captured in a CUDA
 graph.
 
+dspark_draft_attn_ws_tilelang is the same math warp-specialised for SM90 (a
+producer warpgroup gathering and dequantising while two consumer warpgroups
+multiply); correct on the H200 but slower there than this kernel so far, so
+it runs only when a TileConfig asks for it (benchmarks and checks).
+
 Layout, tile configuration and the fp32 reference: dspark_draft_attn_common.
 """
 
@@ -264,8 +269,8 @@ def dspark_draft_attn_tilelang(
 
 # Register split of the warp-specialised kernel (setmaxnreg): the softmax
 # warpgroup holds the score tile and half the output accumulator, the second
-# consumer the other half, the producer addresses and 16-byte loads in
-# flight. setmaxnreg.inc takes registers only from what the CTA's own
+# consumer the other half, the producer cp.async addresses and one
+# dequantisation pass. setmaxnreg.inc takes registers only from what the CTA's own
 # setmaxnreg.dec released, so the sum must stay within the launch's
 # 384 x 168 (__launch_bounds__(384, 1)): 128 x 504 = 64,512.
 _WS_REGS = (240, 168, 96)

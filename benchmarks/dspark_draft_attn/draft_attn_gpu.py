@@ -290,12 +290,6 @@ def kernel_tensors(b: Batch, out: torch.Tensor) -> dict[str, torch.Tensor]:
     )
 
 
-def run_kernel_cfg(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> torch.Tensor:
-    """The kernel with a given tile configuration (the sweep), not select_tile_config's."""
-    dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL(**kernel_tensors(b, out), compile_key=compile_key(b.q.shape[1], b.n, cfg))
-    return out
-
-
 # Candidate CTA shapes (heads_per_cta, block_kv, threads, num_stages, reduce_batch, row_tile,
 # warp_specialized, queries_per_cta) that satisfy the tile rules (tile_rule_violations); a
 # shape whose heads_per_cta does not divide the size's heads is skipped. The warp-specialised
@@ -352,7 +346,7 @@ def _compile_key(key: Any) -> None:
     dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.compile(key)
 
 
-def precompile(what: str, quick: bool, procs: int) -> dict[str, Any]:
+def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS) -> dict[str, Any]:
     """Compile every kernel the run needs in parallel processes (~7-18 s each on the H200)."""
     cap = torch.cuda.get_device_capability(0)
     keys = []
@@ -368,7 +362,7 @@ def precompile(what: str, quick: bool, procs: int) -> dict[str, Any]:
                 for n in (5, 7):
                     keys.append(compile_key(h, n, dc.warp_specialized_config(h, n)))
     if what in ("sweep", "all") and not quick:
-        keys += [compile_key(h, 5, c) for h in (64, 16) for c in SWEEP_CONFIGS if h % c.heads_per_cta == 0]
+        keys += [compile_key(h, 5, c) for h in (64, 16) for c in sweep_configs if h % c.heads_per_cta == 0]
     return compile_in_processes(_compile_key, list(dict.fromkeys(keys)), procs)
 
 
@@ -653,7 +647,7 @@ def benchmark(quick: bool = False, on_row=None) -> dict[str, Any]:
     return dict(rows=rows, floor_bandwidth_Bps=HBM_BYTES_PER_S)
 
 
-def sweep(on_row=None) -> dict[str, Any]:
+def sweep(on_row=None, configs=SWEEP_CONFIGS) -> dict[str, Any]:
     """Every SWEEP_CONFIGS shape per (R, heads), N=5, cold L2 in a CUDA graph (device time:
     do_bench's host launch cost hid the differences at small R), each checked first."""
     rows = []
@@ -661,16 +655,16 @@ def sweep(on_row=None) -> dict[str, Any]:
         b = plain_batch(r, h, 3000 + r + h)
         ref = reference(b)
         row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), configs=[])
-        for cfg in SWEEP_CONFIGS:
+        for cfg in configs:
             if h % cfg.heads_per_cta:
                 continue
             out = torch.empty_like(b.q)
             entry: dict[str, Any] = dict(cfg.__dict__)
             try:
-                run_kernel_cfg(b, out, cfg)
+                run_kernel(b, out, tile=cfg)
                 sync()
                 entry["ok"] = compare(out, ref, b.lens)["ok"]
-                fn = lambda b=b, out=out, cfg=cfg: run_kernel_cfg(b, out, cfg)  # noqa: E731
+                fn = lambda b=b, out=out, cfg=cfg: run_kernel(b, out, tile=cfg)  # noqa: E731
                 entry["graph_cold_us"] = cold_graph_us([fn])
                 entry["graph_cold_us_again"] = cold_graph_us([fn])
             except Exception as e:  # noqa: BLE001 - a config that fails to build or run
@@ -706,6 +700,16 @@ def env_info() -> dict[str, Any]:
     )
 
 
+def print_correctness(title: str, cm: dict[str, Any]) -> None:
+    print(
+        f"{title}: {'PASS' if cm['ok'] else 'FAIL'} "
+        f"({cm['n_cases'] - cm['n_failed']}/{cm['n_cases']} cases, graph {[g['ok'] for g in cm['graph']]})"
+    )
+    for c in cm["cases"]:
+        if not c["ok"]:
+            print("  FAILED", json.dumps(c)[:600])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("smoke", "check", "bench", "sweep", "all"))
@@ -715,9 +719,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-procs", type=int, default=min(16, os.cpu_count() or 1),
                     help="parallel compile processes before the runs (0: compile as they go)")
     a = ap.parse_args(argv)
-    if a.configs:
-        global SWEEP_CONFIGS
-        SWEEP_CONFIGS = tuple(SWEEP_CONFIGS[int(i)] for i in a.configs.split(","))
+    try:
+        configs = tuple(SWEEP_CONFIGS[int(i)] for i in a.configs.split(",")) if a.configs else SWEEP_CONFIGS
+    except (ValueError, IndexError):
+        ap.error(f"--configs {a.configs!r}: comma-separated indices 0-{len(SWEEP_CONFIGS) - 1} of SWEEP_CONFIGS")
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
@@ -741,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
         return 0 if all(c["ok"] for c in cases[:2]) else 1
     if a.compile_procs > 0:
-        rep["precompile"] = pc = precompile(a.what, a.quick, a.compile_procs)
+        rep["precompile"] = pc = precompile(a.what, a.quick, a.compile_procs, configs)
         print(f"precompiled {pc['keys']} kernels in {pc['seconds']} s ({len(pc['errors'])} errors)", flush=True)
         save()
     if a.what in ("check", "all"):
@@ -750,14 +755,7 @@ def main(argv: list[str] | None = None) -> int:
             a.quick, on_case=lambda cases: (rep.update(correctness=dict(ok=False, partial=True, cases=cases)), save())
         )
         cm["seconds"] = round(time.time() - t0, 1)
-        print(
-            f"correctness: {'PASS' if cm['ok'] else 'FAIL'} "
-            f"({cm['n_cases'] - cm['n_failed']}/{cm['n_cases']} cases, "
-            f"graph {[g['ok'] for g in cm['graph']]})"
-        )
-        for c in cm["cases"]:
-            if not c["ok"]:
-                print("  FAILED", json.dumps(c)[:600])
+        print_correctness("correctness", cm)
         rc = 0 if cm["ok"] else 1
         save()
         if torch.cuda.get_device_capability(0)[0] == 9:
@@ -765,11 +763,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time()
             rep["correctness_ws"] = ws = correctness_matrix(a.quick, tile_fn=dc.warp_specialized_config)
             ws["seconds"] = round(time.time() - t0, 1)
-            print(f"correctness (warp-specialised): {'PASS' if ws['ok'] else 'FAIL'} "
-                  f"({ws['n_cases'] - ws['n_failed']}/{ws['n_cases']} cases, graph {[g['ok'] for g in ws['graph']]})")
-            for c in ws["cases"]:
-                if not c["ok"]:
-                    print("  FAILED", json.dumps(c)[:600])
+            print_correctness("correctness (warp-specialised)", ws)
             save()
     if a.what in ("bench", "all"):
         rep["benchmark"] = bm = benchmark(a.quick, on_row=lambda rows: (rep.update(benchmark=dict(rows=rows)), save()))
@@ -783,7 +777,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         save()
     if a.what == "sweep" or (a.what == "all" and not a.quick):
-        rep["sweep"] = sweep(on_row=lambda rows: (rep.update(sweep=dict(rows=rows)), save()))
+        rep["sweep"] = sweep(on_row=lambda rows: (rep.update(sweep=dict(rows=rows)), save()), configs=configs)
         for row in rep["sweep"]["rows"]:
             print(f"R={row['R']:4d} H={row['H']:2d}  floor {row['floor_us']:6.1f} us  best {row.get('best')}")
     save()

@@ -23,6 +23,10 @@ def run(ctx: Context) -> dict:
     import torch
 
     py = sys.executable
+
+    def draft_attn(what: str, out) -> list[str]:
+        return [py, "-m", "benchmarks.dspark_draft_attn.draft_attn_gpu", what, "--json", str(out)]
+
     steps = {}
     result: dict = {}
     # kernel work on a short device budget: DRAFT_ATTN_WHAT=sweep DRAFT_ATTN_ARGS="--configs 0,5"
@@ -30,8 +34,9 @@ def run(ctx: Context) -> dict:
     what = os.environ.get("DRAFT_ATTN_WHAT", "all")
     if what != "all" and torch.cuda.is_available():
         out = ctx.work / "draft_attn.json"
-        argv = [py, "-m", "benchmarks.dspark_draft_attn.draft_attn_gpu", what, "--json", str(out)]
-        steps[what] = ctx.sh(what, argv + shlex.split(os.environ.get("DRAFT_ATTN_ARGS", "")), ctx.left() - 5)
+        steps[what] = ctx.sh(
+            what, draft_attn(what, out) + shlex.split(os.environ.get("DRAFT_ATTN_ARGS", "")), ctx.left() - 5
+        )
         result = json.loads(out.read_text()) if out.exists() else {}
         return {"steps": steps, "draft_attn": result, "ok": False, "partial": what}
     if torch.cuda.is_available():
@@ -39,18 +44,14 @@ def run(ctx: Context) -> dict:
         smoke = ctx.work / "smoke.json"
         # one compile (~40 s) and two small cases first, capped: a kernel that hangs costs
         # this cap instead of the stage's
-        steps["smoke"] = ctx.sh(
-            "smoke",
-            [py, "-m", "benchmarks.dspark_draft_attn.draft_attn_gpu", "smoke", "--json", str(smoke)],
-            150,
-        )
+        steps["smoke"] = ctx.sh("smoke", draft_attn("smoke", smoke), 150)
         result["smoke"] = json.loads(smoke.read_text()).get("smoke") if smoke.exists() else None
         if steps["smoke"]["rc"] != 0:
             ctx.save(steps=steps, draft_attn=result)
             return {"steps": steps, "draft_attn": result, "ok": False}
         steps["check_and_bench"] = ctx.sh(
             "check_and_bench",
-            [py, "-m", "benchmarks.dspark_draft_attn.draft_attn_gpu", "all", "--json", str(out)],
+            draft_attn("all", out),
             ctx.left() - 60,  # what is left goes to pytest (collection alone took 15 s there)
         )
         result |= json.loads(out.read_text()) if out.exists() else {}

@@ -28,7 +28,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -273,11 +273,13 @@ def compile_key(h: int, n: int, cfg: dc.TileConfig) -> Any:
     )
 
 
-def kernel_tensors(b: Batch, out: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The kernel's tensor arguments for a batch, in the kernel function's order."""
+def kernel_tensors(b: Batch, out: torch.Tensor, m_pad: int = 64) -> dict[str, torch.Tensor]:
+    """The kernel's tensor arguments for a batch, in the kernel function's order (the split
+    scratch for an unsplit launch: one part, never touched)."""
     h = b.q.shape[1]
     r = b.q.shape[0] // b.n
     kv_fp8, kv_i64, kv_bf16 = dk.page_views(b.pool, PAGE)
+    part_o, part_ml = dk._split_scratch(b.q.device, 1, m_pad)
     return dict(
         q=b.q.view(r, b.n, h, D),
         kv_fp8=kv_fp8,
@@ -287,11 +289,13 @@ def kernel_tensors(b: Batch, out: torch.Tensor) -> dict[str, torch.Tensor]:
         lens=b.lens.view(r, b.n),
         attn_sink=b.sink,
         out=out.view(r, b.n, h, D),
+        part_o=part_o,
+        part_ml=part_ml,
     )
 
 
 # Candidate CTA shapes (heads_per_cta, block_kv, threads, num_stages, reduce_batch, row_tile,
-# warp_specialized, queries_per_cta) that satisfy the tile rules (tile_rule_violations); a
+# warp_specialized, queries_per_cta, kv_splits) that satisfy the tile rules (tile_rule_violations); a
 # shape whose heads_per_cta does not divide the size's heads is skipped. The warp-specialised
 # ones (SM90 defaults: 64 heads x 1 query, 16 x 4, 3 raw tiles in flight; 2 and 4 in flight
 # beside them) against the previous SM90 default
@@ -308,6 +312,10 @@ SWEEP_CONFIGS = tuple(
         (8, 64, 256, 1, 1, 64),
         (8, 64, 256, 1, 6),
         (4, 32, 128, 1),
+        # the SM90 default with its KV tiles split over a cluster of 2 / 3 CTAs, at every size
+        # (the default picks them only while the CTAs fit on the SMs: kv_splits_for)
+        (8, 64, 256, 1, 1, 64, False, 0, 2),
+        (8, 64, 256, 1, 1, 64, False, 0, 3),
     )
 )
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))
@@ -346,18 +354,22 @@ def _compile_key(key: Any) -> None:
     dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.compile(key)
 
 
-def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS) -> dict[str, Any]:
+def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
+               ws: bool = False) -> dict[str, Any]:
     """Compile every kernel the run needs in parallel processes (~7-18 s each on the H200)."""
     cap = torch.cuda.get_device_capability(0)
     keys = []
     if what in ("check", "bench", "all"):
         for h in (64, 32, 16, 8):
             for n in (5, 7):
-                keys.append(compile_key(h, n, dc.select_tile_config(h, n, cap)))
+                cfg = dc.select_tile_config(h, n, cap)
+                # and every KV split a small batch picks (kv_splits_for)
+                most = dc.kv_splits_for(cfg, 1, cfg.heads_per_cta, width_for(n), 1 << 30, cap)
+                keys += [compile_key(h, n, replace(cfg, kv_splits=s)) for s in range(1, most + 1)]
         if cap[0] != 12:
             for h, n in ((64, 5), (8, 7), (16, 5)):
                 keys.append(compile_key(h, n, dc.select_tile_config(h, n, (12, 0))))
-        if cap[0] == 9:
+        if cap[0] == 9 and ws:
             for h in (64, 32, 16, 8):
                 for n in (5, 7):
                     keys.append(compile_key(h, n, dc.warp_specialized_config(h, n)))
@@ -576,7 +588,7 @@ def cold_graph_us(fns) -> float:
     return graph_us([flush, *fns]) - graph_us([flush])
 
 
-def benchmark(quick: bool = False, on_row=None) -> dict[str, Any]:
+def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, Any]:
     from triton.testing import do_bench
 
     def cold(fn) -> float:
@@ -610,7 +622,22 @@ def benchmark(quick: bool = False, on_row=None) -> dict[str, Any]:
             g1, g2 = row["tilelang_graph_cold_1layer_us"], row["tilelang_graph_cold_1layer_us_again"]
             row["aa_spread_graph_cold"] = abs(g1 - g2) / min(g1, g2)
             row["pct_of_floor_graph_cold"] = 100.0 * row["floor_us"] / g1
-            if torch.cuda.get_device_capability(0)[0] == 9:
+            cap = torch.cuda.get_device_capability(0)
+            cfg = dc.select_tile_config(h, 5, cap)
+            row["kv_splits"] = dc.kv_splits_for(
+                cfg, r, h, b.width, torch.cuda.get_device_properties(0).multi_processor_count, cap
+            )
+            if row["kv_splits"] > 1:
+                # the same kernel unsplit (one CTA a head group), timed in the same run
+                one_cta = replace(cfg, kv_splits=1)
+                unsplit = lambda b=b, out=out, c=one_cta: run_kernel(b, out, tile=c)  # noqa: E731
+                unsplit()
+                row["tilelang_unsplit_graph_cold_1layer_us"] = cold_graph_us([unsplit])
+                row["tilelang_unsplit_graph_cold_1layer_us_again"] = cold_graph_us([unsplit])
+            # what this timing method gives a kernel that only reads Q and writes O (the bytes
+            # of the all-lengths-0 case): the floor of the per-layer figure at small R
+            row["copy_q_to_out_graph_cold_us"] = cold_graph_us([lambda b=b, out=out: out.copy_(b.q)])
+            if cap[0] == 9 and ws:
                 ws_cfg = dc.warp_specialized_config(h, 5)
                 ws_fn = lambda b=b, out=out, c=ws_cfg: run_kernel(b, out, tile=c)  # noqa: E731
                 ws_fn()
@@ -716,6 +743,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--quick", action="store_true", help="smaller matrix, no sweep")
     ap.add_argument("--configs", help="sweep only these SWEEP_CONFIGS indices (comma-separated)")
+    ap.add_argument("--ws", action="store_true",
+                    help="also check and time the warp-specialised SM90 kernel (not the default)")
     ap.add_argument("--compile-procs", type=int, default=min(16, os.cpu_count() or 1),
                     help="parallel compile processes before the runs (0: compile as they go)")
     a = ap.parse_args(argv)
@@ -737,16 +766,21 @@ def main(argv: list[str] | None = None) -> int:
     if a.what == "smoke":
         # one small case a default shape, run under a time cap by the caller first: a kernel
         # that hangs (a barrier protocol bug) then costs that cap, not the whole run's
+        # R = 2: the default splits the KV tiles over a cluster on SM90; the unsplit launch too
+        cap = torch.cuda.get_device_capability(0)
         rep["smoke"] = cases = [check_case(2, h, 5, 90 + h) for h in (64, 16)]
-        if torch.cuda.get_device_capability(0)[0] == 9:  # reported; only the default's result gates
+        cases.append(check_case(2, 64, 5, 99, tile=replace(dc.select_tile_config(64, 5, cap), kv_splits=1)))
+        gating = len(cases)
+        if cap[0] == 9 and a.ws:  # reported; only the default kernel's results gate
             cases += [check_case(2, h, 5, 95 + h, tile=dc.warp_specialized_config(h, 5)) for h in (64, 16)]
         for c in cases:
-            keys = ("H", "ok", "finite", "max_abs_err", "max_err_beyond_bf16_rounding", "bitwise_repeatable")
+            keys = ("H", "tile_config_of", "ok", "finite", "max_abs_err", "max_err_beyond_bf16_rounding",
+                    "bitwise_repeatable")
             print("smoke", json.dumps({k: c.get(k) for k in keys}), flush=True)
         save()
-        return 0 if all(c["ok"] for c in cases[:2]) else 1
+        return 0 if all(c["ok"] for c in cases[:gating]) else 1
     if a.compile_procs > 0:
-        rep["precompile"] = pc = precompile(a.what, a.quick, a.compile_procs, configs)
+        rep["precompile"] = pc = precompile(a.what, a.quick, a.compile_procs, configs, a.ws)
         print(f"precompiled {pc['keys']} kernels in {pc['seconds']} s ({len(pc['errors'])} errors)", flush=True)
         save()
     if a.what in ("check", "all"):
@@ -758,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
         print_correctness("correctness", cm)
         rc = 0 if cm["ok"] else 1
         save()
-        if torch.cuda.get_device_capability(0)[0] == 9:
+        if torch.cuda.get_device_capability(0)[0] == 9 and a.ws:
             # the warp-specialised SM90 kernel (not the default): the same matrix
             t0 = time.time()
             rep["correctness_ws"] = ws = correctness_matrix(a.quick, tile_fn=dc.warp_specialized_config)
@@ -766,14 +800,19 @@ def main(argv: list[str] | None = None) -> int:
             print_correctness("correctness (warp-specialised)", ws)
             save()
     if a.what in ("bench", "all"):
-        rep["benchmark"] = bm = benchmark(a.quick, on_row=lambda rows: (rep.update(benchmark=dict(rows=rows)), save()))
+        rep["benchmark"] = bm = benchmark(
+            a.quick, on_row=lambda rows: (rep.update(benchmark=dict(rows=rows)), save()), ws=a.ws
+        )
         for row in bm["rows"]:
             print(
                 f"R={row['R']:4d} H={row['H']:2d}  tilelang {row['tilelang_cold_us']:8.1f} us "
                 f"(A-A {row['aa_spread'] * 100:4.1f}%)  floor {row['floor_us']:6.1f} us "
                 f"({row['pct_of_floor']:5.1f}%)  triton {row.get('triton_cold_us', float('nan')):8.1f} us  "
                 f"step(3L graph) {row['tilelang_step_3layers_graph_us']:7.1f} vs "
-                f"{row.get('triton_step_3layers_graph_us', float('nan')):7.1f} us"
+                f"{row.get('triton_step_3layers_graph_us', float('nan')):7.1f} us  "
+                f"device {row['tilelang_graph_cold_1layer_us']:6.1f} us (kv_splits {row['kv_splits']}, "
+                f"unsplit {row.get('tilelang_unsplit_graph_cold_1layer_us', float('nan')):6.1f}, "
+                f"Q->O copy {row['copy_q_to_out_graph_cold_us']:5.1f})"
             )
         save()
     if a.what == "sweep" or (a.what == "all" and not a.quick):

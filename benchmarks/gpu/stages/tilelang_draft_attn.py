@@ -51,7 +51,9 @@ def run(ctx: Context) -> dict:
             return {"steps": steps, "draft_attn": result, "ok": False}
         steps["check_and_bench"] = ctx.sh(
             "check_and_bench",
-            draft_attn("all", out),
+            # DRAFT_ATTN_ARGS here too: "--ws" adds the warp-specialised kernel, "--configs"
+            # narrows the sweep
+            draft_attn("all", out) + shlex.split(os.environ.get("DRAFT_ATTN_ARGS", "")),
             ctx.left() - 60,  # what is left goes to pytest (collection alone took 15 s there)
         )
         result |= json.loads(out.read_text()) if out.exists() else {}

@@ -205,8 +205,12 @@ def test_compile_keys(kernel_module):
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
     page = dc.fp8_ds_mla_page_bytes(64)
     kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
-    (k90,) = owner.get_warmup_keys(**kw, capability=(9, 0))
-    (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))
+    # SM90: the unsplit key and both KV splits a batch can pick (192 slots = 3 tiles)
+    k90, k90_2, k90_3 = owner.get_warmup_keys(**kw, capability=(9, 0))
+    assert (k90.kv_splits, k90_2.kv_splits, k90_3.kv_splits) == (1, 2, 3)
+    assert k90_3 == dataclasses.replace(k90, kv_splits=3)
+    (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))  # SM12x never splits
+    assert k120.kv_splits == 1
     assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 1)
     assert (k90.warp_specialized, k90.queries_per_cta) == (False, 5)
     assert (k120.warp_specialized, k120.queries_per_cta) == (False, 5)
@@ -229,6 +233,7 @@ def test_compile_keys(kernel_module):
     assert inputs["kv_fp8"].shape == (1, page) and inputs["kv_bf16"].shape == (1, page // 2)
     assert inputs["kv_i64"].shape == (1, page // 8) and inputs["kv_i64"].dtype == torch.int64
     assert inputs["kv_fp8"].dtype == torch.float8_e4m3fn and inputs["attn_sink"].shape == (16,)
+    assert inputs["part_o"].shape == (1, 64, 512) and inputs["part_ml"].shape == (1, 2, 64)
     # one key per (heads, N, arch class): 8 keys for the four TP sizes x N in {5, 7} on SM90
     keys = {
         owner.dispatch(
@@ -284,6 +289,70 @@ def test_sweep_shapes_follow_the_tile_rules():
         assert defaults <= set(g.SWEEP_CONFIGS), "the sweep times the defaults it is compared with"
     for cfg in g.SWEEP_CONFIGS:  # the sweep runs at N = 5
         assert dc.tile_rule_violations(cfg, 5) == [], cfg
+
+
+def test_kv_splits_for_small_batches_only():
+    """A head group's 3 tiles go to up to 3 CTAs of a cluster while every CTA still has an SM
+    of its own (132 on the H200); never on SM12x (untested there) or the warp-specialised
+    kernel."""
+    cfg = dc.select_tile_config(64, 5, (9, 0))  # 8 heads a CTA: 8 groups a request at 64 heads
+    splits = {r: dc.kv_splits_for(cfg, r, 64, 192, 132, (9, 0)) for r in (1, 2, 8, 16, 17, 64, 256)}
+    assert splits == {1: 3, 2: 3, 8: 2, 16: 1, 17: 1, 64: 1, 256: 1}
+    assert dc.kv_splits_for(cfg, 8, 16, 192, 132, (9, 0)) == 3  # 16 CTAs
+    assert dc.kv_splits_for(cfg, 1, 64, 128, 132, (9, 0)) == 2  # a 2-tile index row
+    assert dc.kv_splits_for(dc.select_tile_config(64, 5, (12, 0)), 1, 64, 192, 188, (12, 0)) == 1
+    assert dc.kv_splits_for(dc.warp_specialized_config(64, 5), 1, 64, 192, 132, (9, 0)) == 1
+    for r, s in splits.items():  # never more CTAs than SMs once split
+        assert s == 1 or r * 8 * s <= 132
+    assert dc.tile_rule_violations(dataclasses.replace(cfg, kv_splits=3), 5) == []
+    assert dc.tile_rule_violations(dataclasses.replace(cfg, kv_splits=9), 5)  # not a cluster
+    ws = dataclasses.replace(dc.warp_specialized_config(16, 5), kv_splits=2)
+    assert dc.tile_rule_violations(ws, 5)
+
+
+def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatch):
+    """The public wrapper picks kv_splits per batch and hands the kernel views of one per-device
+    scratch (so the launch is graph-capturable), never growing it inside a capture. The launch
+    itself is recorded, not run (no CUDA here)."""
+    owner = kernel_module._DSPARK_DRAFT_ATTN_TILELANG_KERNEL
+    launches = []
+
+    class Recorder:
+        dispatch = owner.dispatch
+
+        def __call__(self, **kw):
+            launches.append(kw)
+
+    monkeypatch.setattr(kernel_module, "_DSPARK_DRAFT_ATTN_TILELANG_KERNEL", Recorder())
+    monkeypatch.setattr(kernel_module, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(kernel_module, "_SPLIT_SCRATCH", {})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # CPU torch
+    page = dc.fp8_ds_mla_page_bytes(64)
+    pool = torch.zeros(2, page, dtype=torch.uint8)
+
+    def launch(r, capability=(9, 0), heads=64):
+        q = torch.zeros(r * 5, heads, 512, dtype=torch.bfloat16)
+        kernel_module.dspark_draft_attention(
+            q, pool, torch.zeros(r * 5, 192, dtype=torch.int32), torch.zeros(r * 5, dtype=torch.int32),
+            torch.zeros(heads), torch.empty_like(q), num_queries=5, scale=1.0, block_size=64,
+            page_bytes=page, capability=capability,
+        )  # fmt: skip
+        return launches[-1]
+
+    one = launch(1)
+    assert one["compile_key"].kv_splits == 3 and one["part_o"].shape == (24, 64, 512)
+    assert one["part_ml"].shape == (24, 2, 64)
+    eight = launch(8)
+    assert eight["compile_key"].kv_splits == 2 and eight["part_o"].shape == (128, 64, 512)
+    assert eight["part_o"].data_ptr() == one["part_o"].data_ptr()  # one scratch, reused
+    assert launch(64)["compile_key"].kv_splits == 1
+    assert launch(1, capability=(12, 0))["compile_key"].kv_splits == 1
+    # inside a capture with no scratch yet: no allocation that would live in the graph's
+    # pool, the launch stays unsplit
+    monkeypatch.setattr(kernel_module, "_SPLIT_SCRATCH", {})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    captured = launch(1)
+    assert captured["compile_key"].kv_splits == 1 and kernel_module._SPLIT_SCRATCH == {}
 
 
 def test_tile_rules_catch_unbuildable_shapes():

@@ -32,6 +32,8 @@ SM120_SMEM_BYTES = 101_376
 SM90_SMEM_BYTES = 232_448
 # Rows of one warp-specialised CTA: one wgmma M tile.
 WS_ROWS = 64
+# Largest portable thread-block cluster (the KV splits of one head group).
+MAX_KV_SPLITS = 8
 
 
 def padded_rows(num_queries: int, heads_per_cta: int, row_tile: int = 16) -> int:
@@ -88,6 +90,9 @@ class TileConfig:
     # queries (0 = all) x heads_per_cta heads, <= 64 rows.
     warp_specialized: bool = False
     queries_per_cta: int = 0
+    # plain kernel only: the KV tiles of a (request, head group) dealt to
+    # this many CTAs of one cluster, merged at the end (kv_splits_for)
+    kv_splits: int = 1
 
 
 def cta_queries(num_queries: int, cfg: TileConfig) -> int:
@@ -144,6 +149,8 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append(f"{rows * HEAD_DIM // cfg.threads} accumulator floats per thread")
     if (2 * rows // cfg.row_tile) % cfg.reduce_batch:
         bad.append(f"reduce_batch {cfg.reduce_batch} does not divide a thread's rows")
+    if not 1 <= cfg.kv_splits <= MAX_KV_SPLITS:
+        bad.append(f"kv_splits {cfg.kv_splits} is not a cluster size in 1..8")
     return bad
 
 
@@ -156,6 +163,8 @@ def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     rows = cta_queries(num_queries, cfg) * cfg.heads_per_cta
     if cfg.threads != 384:
         bad.append("the warp-specialised kernel runs 3 warpgroups (384 threads)")
+    if cfg.kv_splits != 1:
+        bad.append("the warp-specialised kernel does not split KV")
     if rows > WS_ROWS:
         bad.append(f"{rows} rows > {WS_ROWS} (one wgmma row tile)")
     if cfg.block_kv % 32:
@@ -248,6 +257,36 @@ def select_tile_config(
             f"no tile for num_queries={num_queries} fits {budget} B of shared memory"
         )
     return cfg
+
+
+def kv_splits_for(
+    cfg: TileConfig,
+    num_reqs: int,
+    num_heads: int,
+    width: int,
+    sm_count: int,
+    capability: tuple[int, int],
+) -> int:
+    """KV splits for a launch of num_reqs requests: at small batches a head
+    group's tiles run one after another on one SM while most SMs idle
+    (R = 1, 64 heads: 8 CTAs of 3 tiles on 132 SMs), so deal them to up to
+    one CTA a tile, as long as every CTA still gets an SM of its own (more
+    CTAs than SMs would queue, and the partial outputs stop fitting in L2).
+
+    SM90 only, where it was measured; SM12x keeps one CTA a group (clusters
+    exist there, but the split is UNTESTED on SM12x hardware).
+    """
+    if capability[0] != 9 or cfg.warp_specialized:
+        return 1
+    groups = num_reqs * (num_heads // cfg.heads_per_cta)
+    splits = min(width // cfg.block_kv, MAX_KV_SPLITS, sm_count // max(groups, 1))
+    return max(splits, 1)
+
+
+def split_workspace_parts(sm_count: int) -> int:
+    """Partial states the split scratch holds: kv_splits_for keeps
+    num_reqs * groups * kv_splits <= sm_count."""
+    return max(sm_count, 1)
 
 
 def dspark_draft_attention_ref(

@@ -22,11 +22,11 @@ Layout, tile configuration and the fp32 reference: dspark_draft_attn_common.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-
 from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
     TileLangLaunchSpec,
     VllmTileLangJitKernel,
@@ -45,10 +45,76 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     TileConfig,
     cta_queries,
     dspark_index_width,
+    kv_splits_for,
     padded_rows,
     select_tile_config,
+    split_workspace_parts,
 )
 from vllm.tilelang_utils import T, tilelang_jit
+
+
+def _max_over_splits(part_ml, part, m, kv_splits):
+    top = part_ml[part, 0, m]
+    for s in range(1, kv_splits):
+        top = T.max(top, part_ml[part + s, 0, m])
+    return top
+
+
+def _sum_over_splits(part_ml, part, m, top, kv_splits, scale_log2):
+    total = part_ml[part, 1, m] * T.exp2((part_ml[part, 0, m] - top) * scale_log2)
+    for s in range(1, kv_splits):
+        total += part_ml[part + s, 1, m] * T.exp2(
+            (part_ml[part + s, 0, m] - top) * scale_log2
+        )
+    return total
+
+
+def _weighted_sum(part_o, row_fac, part, m, i, d, kv_splits):
+    total = part_o[part, m, d] * row_fac[i, 0]
+    for s in range(1, kv_splits):
+        total += part_o[part + s, m, d] * row_fac[i, s]
+    return total
+
+
+@T.macro
+def _merge_splits(
+    part_o, part_ml, attn_sink, len_s, out, row_max, row_norm, row_fac, rid,
+    gid, split, part, heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
+):  # fmt: skip
+    """Rows split * merge_rows ... of the cluster's output from the
+    kv_splits partial states: rescale each to the common max, fold the sink
+    (as the unsplit kernel does) and write bf16."""
+    r0 = split * merge_rows
+    for i in T.Parallel(merge_rows):
+        row_max[i] = _max_over_splits(part_ml, part, T.min(r0 + i, rows - 1), kv_splits)
+    for i in T.Parallel(merge_rows):
+        m = T.min(r0 + i, rows - 1)
+        l_sum = _sum_over_splits(part_ml, part, m, row_max[i], kv_splits, scale_log2)
+        sink_log2 = attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
+        m_log2 = row_max[i] * scale_log2
+        top = T.max(m_log2, sink_log2)
+        corr = T.exp2(m_log2 - top)
+        denom = l_sum * corr + T.exp2(sink_log2 - top)
+        row_norm[i] = T.if_then_else((len_s[m] > 0) & (l_sum > 0), corr / denom, 0.0)
+    for i, s in T.Parallel(merge_rows, kv_splits):
+        row_fac[i, s] = (
+            T.exp2(
+                (part_ml[part + s, 0, T.min(r0 + i, rows - 1)] - row_max[i])
+                * scale_log2
+            )
+            * row_norm[i]
+        )
+    for i, d in T.Parallel(merge_rows, HEAD_DIM):
+        if r0 + i < rows:
+            out[
+                rid,
+                (r0 + i) // heads_per_cta,
+                gid * heads_per_cta + (r0 + i) % heads_per_cta,
+                d,
+            ] = T.cast(
+                _weighted_sum(part_o, row_fac, part, r0 + i, i, d, kv_splits),
+                T.bfloat16,
+            )
 
 
 @tilelang_jit
@@ -61,6 +127,8 @@ def dspark_draft_attn_tilelang(
     lens,
     attn_sink,
     out,
+    part_o,
+    part_ml,
     num_heads: int,
     num_queries: int,
     width: int,
@@ -73,16 +141,28 @@ def dspark_draft_attn_tilelang(
     num_stages: int = 2,
     reduce_batch: int = 1,
     row_tile: int = 16,
+    kv_splits: int = 1,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
     K = V = the dequantised fp8_ds_mla rows of the request's index list.
     Rows with lens == 0 are written as zeros.
+
+    kv_splits > 1 (small batches, where most SMs would idle): the KV tiles of
+    a (request, head group) are dealt round-robin to kv_splits CTAs of one
+    thread-block cluster. Each writes its unnormalised partial output and
+    row max / sum to part_o / part_ml (L2-resident scratch), the cluster
+    barrier (release / acquire) makes them visible, and each CTA then merges
+    a slice of the rows: out = sum_s 2^(m_s - M) O_s / (sum_s 2^(m_s - M) l_s
+    + 2^(sink - M)), M = max_s m_s (flash-decoding's split-KV merge).
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
+    num_parts = T.dynamic("num_parts")
     rows = num_queries * heads_per_cta
     m_pad = padded_rows(num_queries, heads_per_cta, row_tile)
+    # rows of the merge each CTA of a cluster writes
+    merge_rows = -(-rows // kv_splits)
     # Index positions t * block_kv + j of a live tile stay inside the row.
     assert width % block_kv == 0, (width, block_kv)
     scale_log2 = scale * LOG2E
@@ -99,13 +179,20 @@ def dspark_draft_attn_tilelang(
     lens: T.Tensor[[num_reqs, num_queries], T.int32]  # type: ignore[no-redef,valid-type]
     attn_sink: T.Tensor[[num_heads], T.float32]  # type: ignore[no-redef,valid-type]
     out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
+    part_o: T.Tensor[[num_parts, m_pad, HEAD_DIM], T.float32]  # type: ignore[no-redef,valid-type]
+    part_ml: T.Tensor[[num_parts, 2, m_pad], T.float32]  # type: ignore[no-redef,valid-type]
 
     # Head groups of one request are adjacent in launch order, so the request's
-    # KV tiles are still in L2 when its other groups gather them.
-    with T.Kernel(num_heads // heads_per_cta, num_reqs, threads=threads) as (
-        gid,
-        rid,
-    ):
+    # KV tiles are still in L2 when its other groups gather them. The splits
+    # of a group are one cluster (cluster_dims 1 is a plain launch).
+    with T.ClusterKernel(
+        num_heads // heads_per_cta * kv_splits,
+        num_reqs,
+        threads=threads,
+        cluster_dims=kv_splits,
+    ) as (bx, rid):
+        gid = bx // kv_splits
+        split = bx % kv_splits
         q_s = T.alloc_shared([m_pad, HEAD_DIM], T.bfloat16)
         k_s = T.alloc_shared([block_kv, HEAD_DIM], T.bfloat16)
         p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
@@ -162,7 +249,14 @@ def dspark_draft_attn_tilelang(
 
         # num_stages > 1: the raw bytes of the next tiles are gathered while
         # this one is dequantised and multiplied (software pipeline).
-        for t in T.Pipelined(T.ceildiv(live_len, block_kv), num_stages=num_stages):
+        # This CTA's tiles: split, split + kv_splits, ... (all of them at 1).
+        num_tiles = (
+            T.ceildiv(live_len, block_kv)
+            if kv_splits == 1
+            else T.ceildiv(T.max(T.ceildiv(live_len, block_kv) - split, 0), kv_splits)
+        )
+        for tt in T.Pipelined(num_tiles, num_stages=num_stages):
+            t = tt * kv_splits + split
             # Gather the tile's raw bytes (slots past the live length read
             # slot 0 and are masked below), then dequantise in shared memory,
             # once for every row of the CTA. Plain copies, so the pipeline
@@ -238,33 +332,60 @@ def dspark_draft_attn_tilelang(
             T.copy(acc_s, p_s)
             T.gemm(p_s, k_s, acc_o, policy=T.GemmWarpPolicy.FullCol)
 
-        # Fold the sink: denominator += exp(sink - m), computed around
-        # max(m, sink) so a large sink or a -inf sink cannot overflow.
-        for m in T.Parallel(m_pad):
-            sink_log2 = attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
-            m_log2 = m_i[m] * scale_log2
-            top = T.max(m_log2, sink_log2)
-            corr = T.exp2(m_log2 - top)
-            denom = l_i[m] * corr + T.exp2(sink_log2 - top)
-            alpha[m] = T.if_then_else((len_s[m] > 0) & (l_i[m] > 0), corr / denom, 0.0)
-        if m_pad <= block_kv:
-            # Through the (now free) KV tile, so the stores to out are 16-byte
-            # vectors instead of a fragment's scattered pairs.
-            for m, d in T.Parallel(m_pad, HEAD_DIM):
-                k_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
-            for m, d in T.Parallel(rows, HEAD_DIM):
-                out[
-                    rid, m // heads_per_cta, gid * heads_per_cta + m % heads_per_cta, d
-                ] = k_s[m, d]
-        else:
-            for m, d in T.Parallel(m_pad, HEAD_DIM):
-                if m < rows:
+        if kv_splits == 1:
+            # Fold the sink: denominator += exp(sink - m), computed around
+            # max(m, sink) so a large sink or a -inf sink cannot overflow.
+            for m in T.Parallel(m_pad):
+                sink_log2 = attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
+                m_log2 = m_i[m] * scale_log2
+                top = T.max(m_log2, sink_log2)
+                corr = T.exp2(m_log2 - top)
+                denom = l_i[m] * corr + T.exp2(sink_log2 - top)
+                alpha[m] = T.if_then_else(
+                    (len_s[m] > 0) & (l_i[m] > 0), corr / denom, 0.0
+                )
+            if m_pad <= block_kv:
+                # Through the (now free) KV tile, so the stores to out are 16-byte
+                # vectors instead of a fragment's scattered pairs.
+                for m, d in T.Parallel(m_pad, HEAD_DIM):
+                    k_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
+                for m, d in T.Parallel(rows, HEAD_DIM):
                     out[
                         rid,
                         m // heads_per_cta,
                         gid * heads_per_cta + m % heads_per_cta,
                         d,
-                    ] = acc_o[m, d] * alpha[m]
+                    ] = k_s[m, d]
+            else:
+                for m, d in T.Parallel(m_pad, HEAD_DIM):
+                    if m < rows:
+                        out[
+                            rid,
+                            m // heads_per_cta,
+                            gid * heads_per_cta + m % heads_per_cta,
+                            d,
+                        ] = acc_o[m, d] * alpha[m]
+        else:
+            # Publish this split's partial state; the cluster barrier's
+            # release / acquire makes it visible to the other CTAs (the CTA
+            # barrier before it keeps the compiler from sinking the stores
+            # past the barrier's asm, which has no memory clobber).
+            part = (rid * (num_heads // heads_per_cta) + gid) * kv_splits
+            for m, d in T.Parallel(m_pad, HEAD_DIM):
+                part_o[part + split, m, d] = acc_o[m, d]
+            for m in T.Parallel(m_pad):
+                part_ml[part + split, 0, m] = m_i[m]
+                part_ml[part + split, 1, m] = l_i[m]
+            T.sync_threads()
+            T.cluster_sync()
+            row_max = T.alloc_shared([merge_rows], T.float32)
+            row_norm = T.alloc_shared([merge_rows], T.float32)
+            row_fac = T.alloc_shared([merge_rows, kv_splits], T.float32)
+            _merge_splits(
+                part_o, part_ml, attn_sink, len_s, out, row_max, row_norm,
+                row_fac, rid, gid, split, part, heads_per_cta, rows, merge_rows,
+                kv_splits, scale_log2,
+            )  # fmt: skip
 
 
 # Register split of the warp-specialised kernel (setmaxnreg): the softmax
@@ -758,6 +879,7 @@ class DSparkDraftAttnTileLangKernel(
         row_tile: int
         warp_specialized: bool
         queries_per_cta: int
+        kv_splits: int
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -799,6 +921,7 @@ class DSparkDraftAttnTileLangKernel(
             row_tile=cfg.row_tile,
             warp_specialized=cfg.warp_specialized,
             queries_per_cta=cta_queries(num_queries, cfg),
+            kv_splits=cfg.kv_splits,
         )
 
     def get_warmup_keys(
@@ -812,22 +935,32 @@ class DSparkDraftAttnTileLangKernel(
         scale: float,
         capability: tuple[int, int],
     ) -> list[CompileKey]:
+        # The unsplit key, and on SM90 every KV split a batch size can pick
+        # (kv_splits_for: 2 .. tiles a row).
+        width = dspark_index_width(window_size, num_queries)
+        cfg = select_tile_config(num_heads, num_queries, capability)
+        max_splits = kv_splits_for(
+            cfg, 1, cfg.heads_per_cta, width, 1 << 30, capability
+        )
         return [
             self.dispatch(
                 num_heads=num_heads,
                 num_queries=num_queries,
-                width=dspark_index_width(window_size, num_queries),
+                width=width,
                 block_size=block_size,
                 page_bytes=page_bytes,
                 scale=scale,
                 capability=capability,
+                tile=replace(cfg, kv_splits=splits),
             )
+            for splits in range(1, max_splits + 1)
         ]
 
     def warmup_inputs(self, compile_key: CompileKey) -> dict[str, Any]:
         key = compile_key
         n_tok = key.num_queries
         page = key.page_bytes
+        m_pad = padded_rows(key.num_queries, key.heads_per_cta, key.row_tile)
         return dict(
             q=make_tilelang_warmup_tensor(
                 torch.bfloat16, 1, key.num_queries, key.num_heads, HEAD_DIM
@@ -841,6 +974,8 @@ class DSparkDraftAttnTileLangKernel(
             out=make_tilelang_warmup_tensor(
                 torch.bfloat16, 1, key.num_queries, key.num_heads, HEAD_DIM
             ),
+            part_o=make_tilelang_warmup_tensor(torch.float32, 1, m_pad, HEAD_DIM),
+            part_ml=make_tilelang_warmup_tensor(torch.float32, 1, 2, m_pad),
             compile_key=key,
         )
 
@@ -855,6 +990,8 @@ class DSparkDraftAttnTileLangKernel(
         lens: Any,
         attn_sink: Any,
         out: Any,
+        part_o: Any,
+        part_ml: Any,
         compile_key: CompileKey,
     ) -> TileLangLaunchSpec:
         key = compile_key
@@ -878,12 +1015,15 @@ class DSparkDraftAttnTileLangKernel(
             )
         return (key,), (
             *tensors,
+            part_o,
+            part_ml,
             *shape,
             key.block_kv,
             key.threads,
             key.num_stages,
             key.reduce_batch,
             key.row_tile,
+            key.kv_splits,
         )
 
 
@@ -914,6 +1054,42 @@ def page_views(
     )
 
 
+# Per device: fp32 scratch for the partial states of split launches (every
+# launch of the device's stream reuses it, as they run one after another).
+_SPLIT_SCRATCH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _split_scratch(
+    device: torch.device, parts: int, m_pad: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """part_o [parts, m_pad, 512] and part_ml [parts, 2, m_pad] views of the
+    device's scratch, allocated on first use (vLLM's eager warm-up runs before
+    any capture); None when it would have to grow inside a graph capture.
+    An unsplit launch never touches it (parts == 1 gets a placeholder)."""
+    o, ml = _SPLIT_SCRATCH.get(device, (None, None))
+    if o is None or ml is None or o.numel() < parts * m_pad * HEAD_DIM:
+        if torch.cuda.is_current_stream_capturing():
+            if parts > 1:
+                return None
+            return (
+                torch.empty(1, m_pad, HEAD_DIM, dtype=torch.float32, device=device),
+                torch.empty(1, 2, m_pad, dtype=torch.float32, device=device),
+            )
+        rows = max(parts, split_workspace_parts(_sm_count(device))) * m_pad
+        o = torch.empty(rows * HEAD_DIM, dtype=torch.float32, device=device)
+        ml = torch.empty(2 * rows, dtype=torch.float32, device=device)
+        _SPLIT_SCRATCH[device] = (o, ml)
+    return (
+        o[: parts * m_pad * HEAD_DIM].view(parts, m_pad, HEAD_DIM),
+        ml[: parts * 2 * m_pad].view(parts, 2, m_pad),
+    )
+
+
 def dspark_draft_attention(
     q: torch.Tensor,
     swa_cache: torch.Tensor,
@@ -936,7 +1112,7 @@ def dspark_draft_attention(
     out); swa_cache: [num_blocks, ...] paged fp8_ds_mla bytes with page stride
     ``page_bytes``; indices: [T, 1, width] or [T, width] int32 global slots,
     -1 padded; lens: [T] int32; attn_sink: [H] fp32. tile: a CTA shape instead
-    of select_tile_config's (benchmarks and checks).
+    of select_tile_config's and kv_splits_for's (benchmarks and checks).
     """
     num_tokens, num_heads, head_dim = q.shape
     if head_dim != HEAD_DIM:
@@ -949,6 +1125,23 @@ def dspark_draft_attention(
         capability = torch.cuda.get_device_capability(q.device)
     width = indices.shape[-1]
     num_reqs = num_tokens // num_queries
+    if num_reqs == 0:
+        return out
+    if tile is None:
+        tile = select_tile_config(num_heads, num_queries, tuple(capability))
+        tile = replace(
+            tile,
+            kv_splits=kv_splits_for(
+                tile, num_reqs, num_heads, width, _sm_count(q.device), capability
+            ),
+        )
+    m_pad = padded_rows(num_queries, tile.heads_per_cta, tile.row_tile)
+    parts = num_reqs * (num_heads // tile.heads_per_cta) * tile.kv_splits
+    scratch = _split_scratch(q.device, parts if tile.kv_splits > 1 else 1, m_pad)
+    if scratch is None:  # first split launch inside a capture: do not split
+        tile = replace(tile, kv_splits=1)
+        scratch = _split_scratch(q.device, 1, m_pad)
+        assert scratch is not None
     key = _DSPARK_DRAFT_ATTN_TILELANG_KERNEL.dispatch(
         num_heads=num_heads,
         num_queries=num_queries,
@@ -959,8 +1152,6 @@ def dspark_draft_attention(
         capability=tuple(capability),
         tile=tile,
     )
-    if num_reqs == 0:
-        return out
     kv_fp8, kv_i64, kv_bf16 = page_views(swa_cache, page_bytes)
     _DSPARK_DRAFT_ATTN_TILELANG_KERNEL(
         q=q.view(num_reqs, num_queries, num_heads, HEAD_DIM),
@@ -971,6 +1162,8 @@ def dspark_draft_attention(
         lens=lens.view(num_reqs, num_queries),
         attn_sink=attn_sink,
         out=out.view(num_reqs, num_queries, num_heads, HEAD_DIM),
+        part_o=scratch[0],
+        part_ml=scratch[1],
         compile_key=key,
     )
     return out

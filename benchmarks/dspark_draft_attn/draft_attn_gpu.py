@@ -273,13 +273,14 @@ def compile_key(h: int, n: int, cfg: dc.TileConfig) -> Any:
     )
 
 
-def kernel_tensors(b: Batch, out: torch.Tensor, m_pad: int = 64) -> dict[str, torch.Tensor]:
-    """The kernel's tensor arguments for a batch, in the kernel function's order (the split
-    scratch for an unsplit launch: one part, never touched)."""
+def kernel_tensors(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> dict[str, torch.Tensor]:
+    """The kernel's tensor arguments for a batch and CTA shape, in the kernel function's order
+    (with the wrapper's split scratch: one part, never touched, for an unsplit launch)."""
     h = b.q.shape[1]
     r = b.q.shape[0] // b.n
     kv_fp8, kv_i64, kv_bf16 = dk.page_views(b.pool, PAGE)
-    part_o, part_ml = dk._split_scratch(b.q.device, 1, m_pad)
+    parts = r * (h // cfg.heads_per_cta) * cfg.kv_splits if cfg.kv_splits > 1 else 1
+    part_o, part_ml = dk._split_scratch(b.q.device, parts, dc.padded_rows(b.n, cfg.heads_per_cta, cfg.row_tile))
     return dict(
         q=b.q.view(r, b.n, h, D),
         kv_fp8=kv_fp8,
@@ -295,7 +296,7 @@ def kernel_tensors(b: Batch, out: torch.Tensor, m_pad: int = 64) -> dict[str, to
 
 
 # Candidate CTA shapes (heads_per_cta, block_kv, threads, num_stages, reduce_batch, row_tile,
-# warp_specialized, queries_per_cta, kv_splits) that satisfy the tile rules (tile_rule_violations); a
+# warp_specialized, queries_per_cta, kv_splits, q_async) that satisfy the tile rules (tile_rule_violations); a
 # shape whose heads_per_cta does not divide the size's heads is skipped. The warp-specialised
 # ones (SM90 defaults: 64 heads x 1 query, 16 x 4, 3 raw tiles in flight; 2 and 4 in flight
 # beside them) against the previous SM90 default
@@ -316,6 +317,14 @@ SWEEP_CONFIGS = tuple(
         # (the default picks them only while the CTAs fit on the SMs: kv_splits_for)
         (8, 64, 256, 1, 1, 64, False, 0, 2),
         (8, 64, 256, 1, 1, 64, False, 0, 3),
+        # 32-token tiles: up to 6 splits a head group (one tile each at R = 1)
+        (8, 32, 256, 1, 1, 64, False, 0, 1),
+        (8, 32, 256, 1, 1, 64, False, 0, 3),
+        (8, 32, 256, 1, 1, 64, False, 0, 6),
+        # Q by cp.async ahead of the index reads
+        (8, 64, 256, 1, 1, 64, False, 0, 1, True),
+        (8, 64, 256, 1, 1, 64, False, 0, 3, True),
+        (8, 32, 256, 1, 1, 64, False, 0, 6, True),
     )
 )
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))

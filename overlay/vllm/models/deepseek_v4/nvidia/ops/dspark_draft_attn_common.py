@@ -93,6 +93,9 @@ class TileConfig:
     # plain kernel only: the KV tiles of a (request, head group) dealt to
     # this many CTAs of one cluster, merged at the end (kv_splits_for)
     kv_splits: int = 1
+    # plain kernel only: Q loaded with cp.async before the index reads (its
+    # DRAM trip overlaps them) instead of after
+    q_async: bool = False
 
 
 def cta_queries(num_queries: int, cfg: TileConfig) -> int:

@@ -142,6 +142,7 @@ def dspark_draft_attn_tilelang(
     reduce_batch: int = 1,
     row_tile: int = 16,
     kv_splits: int = 1,
+    q_async: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -215,6 +216,18 @@ def dspark_draft_attn_tilelang(
         l_tile = T.alloc_fragment([m_pad], T.float32)
         alpha = T.alloc_fragment([m_pad], T.float32)
 
+        if q_async:
+            # Q first, as cp.async: its DRAM trip overlaps the lens and
+            # index-row reads below instead of following them.
+            for qi in T.serial(num_queries):
+                T.async_copy(
+                    q[rid, qi, gid * heads_per_cta : (gid + 1) * heads_per_cta, :],
+                    q_s[qi * heads_per_cta : (qi + 1) * heads_per_cta, :],
+                )
+            if rows < m_pad:
+                for m, d in T.Parallel(m_pad - rows, HEAD_DIM):
+                    q_s[rows + m, d] = T.cast(0, T.bfloat16)
+
         # All N rows of a request carry the same list (the DSpark index
         # kernel writes one row per request); gather with the longest one.
         max_len = T.alloc_var(T.int32, init=0)
@@ -228,17 +241,18 @@ def dspark_draft_attn_tilelang(
             idx_s[j] = indices[rid, src_row, j]
 
         # Row m of the CTA is query m // heads_per_cta, head m % heads_per_cta.
-        for m, d in T.Parallel(m_pad, HEAD_DIM):
-            q_s[m, d] = T.if_then_else(
-                m < rows,
-                q[
-                    rid,
-                    T.min(m // heads_per_cta, num_queries - 1),
-                    gid * heads_per_cta + m % heads_per_cta,
-                    d,
-                ],
-                T.cast(0, T.bfloat16),
-            )
+        if not q_async:
+            for m, d in T.Parallel(m_pad, HEAD_DIM):
+                q_s[m, d] = T.if_then_else(
+                    m < rows,
+                    q[
+                        rid,
+                        T.min(m // heads_per_cta, num_queries - 1),
+                        gid * heads_per_cta + m % heads_per_cta,
+                        d,
+                    ],
+                    T.cast(0, T.bfloat16),
+                )
         for m in T.Parallel(m_pad):
             len_s[m] = T.if_then_else(
                 m < rows, lens[rid, T.min(m // heads_per_cta, num_queries - 1)], 0
@@ -246,6 +260,9 @@ def dspark_draft_attn_tilelang(
         T.fill(acc_o, 0)
         T.fill(l_i, 0)
         T.fill(m_i, _NEG_LARGE)
+        if q_async:
+            T.ptx_wait_group(0)
+            T.sync_threads()
 
         # num_stages > 1: the raw bytes of the next tiles are gathered while
         # this one is dequantised and multiplied (software pipeline).
@@ -372,7 +389,8 @@ def dspark_draft_attn_tilelang(
             # past the barrier's asm, which has no memory clobber).
             part = (rid * (num_heads // heads_per_cta) + gid) * kv_splits
             for m, d in T.Parallel(m_pad, HEAD_DIM):
-                part_o[part + split, m, d] = acc_o[m, d]
+                if m < rows:  # padding rows are never merged
+                    part_o[part + split, m, d] = acc_o[m, d]
             for m in T.Parallel(m_pad):
                 part_ml[part + split, 0, m] = m_i[m]
                 part_ml[part + split, 1, m] = l_i[m]
@@ -880,6 +898,7 @@ class DSparkDraftAttnTileLangKernel(
         warp_specialized: bool
         queries_per_cta: int
         kv_splits: int
+        q_async: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -922,6 +941,7 @@ class DSparkDraftAttnTileLangKernel(
             warp_specialized=cfg.warp_specialized,
             queries_per_cta=cta_queries(num_queries, cfg),
             kv_splits=cfg.kv_splits,
+            q_async=cfg.q_async,
         )
 
     def get_warmup_keys(
@@ -1024,6 +1044,7 @@ class DSparkDraftAttnTileLangKernel(
             key.reduce_batch,
             key.row_tile,
             key.kv_splits,
+            key.q_async,
         )
 
 

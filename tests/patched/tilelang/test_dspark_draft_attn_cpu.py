@@ -215,6 +215,7 @@ def test_compile_keys(kernel_module):
     assert (k90.warp_specialized, k90.queries_per_cta) == (False, 5)
     assert (k120.warp_specialized, k120.queries_per_cta) == (False, 5)
     assert (k90.row_tile, k120.row_tile) == (64, 16)
+    assert (k90.q_async, k120.q_async) == (True, False)  # SM12x keeps the untested-there path
     # the owner picks the kernel function from the key, as upstream's mHC owners do
     kws = owner.dispatch(
         num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=page, scale=512**-0.5,

@@ -373,9 +373,9 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
         for h in (64, 32, 16, 8):
             for n in (5, 7):
                 cfg = dc.select_tile_config(h, n, cap)
-                # and every KV split a small batch picks (kv_splits_for)
-                most = dc.kv_splits_for(cfg, 1, cfg.heads_per_cta, width_for(n), 1 << 30, cap)
-                keys += [compile_key(h, n, replace(cfg, kv_splits=s)) for s in range(1, most + 1)]
+                # and the KV split small batches pick (kv_splits_for)
+                split = dc.kv_splits_for(cfg, 1, cfg.heads_per_cta, width_for(n), 1 << 30, cap)
+                keys += [compile_key(h, n, replace(cfg, kv_splits=s)) for s in sorted({1, split})]
         if cap[0] != 12:
             for h, n in ((64, 5), (8, 7), (16, 5)):
                 keys.append(compile_key(h, n, dc.select_tile_config(h, n, (12, 0))))

@@ -956,13 +956,11 @@ class DSparkDraftAttnTileLangKernel(
         scale: float,
         capability: tuple[int, int],
     ) -> list[CompileKey]:
-        # The unsplit key, and on SM90 every KV split a batch size can pick
-        # (kv_splits_for: 2 .. tiles a row).
+        # The unsplit key and, on SM90, the split one small batches pick
+        # (kv_splits_for: 1 or one CTA a tile).
         width = dspark_index_width(window_size, num_queries)
         cfg = select_tile_config(num_heads, num_queries, capability)
-        max_splits = kv_splits_for(
-            cfg, 1, cfg.heads_per_cta, width, 1 << 30, capability
-        )
+        split = kv_splits_for(cfg, 1, cfg.heads_per_cta, width, 1 << 30, capability)
         return [
             self.dispatch(
                 num_heads=num_heads,
@@ -974,7 +972,7 @@ class DSparkDraftAttnTileLangKernel(
                 capability=capability,
                 tile=replace(cfg, kv_splits=splits),
             )
-            for splits in range(1, max_splits + 1)
+            for splits in sorted({1, split})
         ]
 
     def warmup_inputs(self, compile_key: CompileKey) -> dict[str, Any]:

@@ -10,7 +10,9 @@ once for N * heads_per_cta query rows.  The cache is read in place (no window
 copy), heads are native (8/16/32/64, no padding to 64), the per-head sink is
 folded in at the end, rows with no live slot give zeros, and the output is
 written into a caller-owned buffer so the launch can be captured in a CUDA
-graph.
+graph. On SM90, batches too small to fill the GPU split a head group's KV
+tiles over the CTAs of a thread-block cluster and merge the partial states
+(kv_splits; the scratch is the wrapper's, one per device).
 
 dspark_draft_attn_ws_tilelang is the same math warp-specialised for SM90 (a
 producer warpgroup gathering and dequantising while two consumer warpgroups

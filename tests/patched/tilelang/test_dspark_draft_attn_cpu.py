@@ -346,9 +346,15 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
     five = launch(5)
     assert five["compile_key"].kv_splits == 3 and five["part_o"].shape == (120, 64, 512)
     assert five["part_o"].data_ptr() == one["part_o"].data_ptr()  # one scratch, reused
-    assert launch(6)["compile_key"].kv_splits == 1  # 144 CTAs would not fit 132 SMs
+    unsplit = launch(6)
+    assert unsplit["compile_key"].kv_splits == 1  # 144 CTAs would not fit 132 SMs
+    assert unsplit["part_o"].shape == (1, 64, 512)  # a placeholder the kernel never reads
+    assert unsplit["part_o"].data_ptr() != one["part_o"].data_ptr()
     assert launch(64)["compile_key"].kv_splits == 1
-    assert launch(1, capability=(12, 0))["compile_key"].kv_splits == 1
+    # an arch that never splits never allocates the scratch
+    monkeypatch.setattr(kernel_module, "_SPLIT_SCRATCH", {})
+    sm12x = launch(1, capability=(12, 0))
+    assert sm12x["compile_key"].kv_splits == 1 and kernel_module._SPLIT_SCRATCH == {}
     # inside a capture with no scratch yet: no allocation that would live in the graph's
     # pool, the launch stays unsplit
     monkeypatch.setattr(kernel_module, "_SPLIT_SCRATCH", {})

@@ -1086,22 +1086,31 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.cache
+def _unsplit_placeholder(
+    device: torch.device, m_pad: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return (
+        torch.empty(1, m_pad, HEAD_DIM, dtype=torch.float32, device=device),
+        torch.empty(1, 2, m_pad, dtype=torch.float32, device=device),
+    )
+
+
 def _split_scratch(
     device: torch.device, parts: int, m_pad: int
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """part_o [parts, m_pad, 512] and part_ml [parts, 2, m_pad] views of the
-    device's scratch, allocated on first use (vLLM's eager warm-up runs before
-    any capture); None when it would have to grow inside a graph capture.
-    An unsplit launch never touches it (parts == 1 gets a placeholder)."""
+    device's scratch, allocated on the first split launch (vLLM's eager
+    warm-up runs before any capture); None when it would have to grow inside
+    a graph capture. An unsplit launch never touches it: parts == 1 gets a
+    one-part placeholder, so archs and batches that never split (SM12x, large
+    R) never allocate the scratch."""
+    if parts == 1:
+        return _unsplit_placeholder(device, m_pad)
     o, ml = _SPLIT_SCRATCH.get(device, (None, None))
     if o is None or ml is None or o.numel() < parts * m_pad * HEAD_DIM:
         if torch.cuda.is_current_stream_capturing():
-            if parts > 1:
-                return None
-            return (
-                torch.empty(1, m_pad, HEAD_DIM, dtype=torch.float32, device=device),
-                torch.empty(1, 2, m_pad, dtype=torch.float32, device=device),
-            )
+            return None
         rows = max(parts, split_workspace_parts(_sm_count(device))) * m_pad
         o = torch.empty(rows * HEAD_DIM, dtype=torch.float32, device=device)
         ml = torch.empty(2 * rows, dtype=torch.float32, device=device)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+
 from vllm.model_executor.warmup.jit_warmup_tilelang_helper import (
     TileLangLaunchSpec,
     VllmTileLangJitKernel,

@@ -56,70 +56,6 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
 from vllm.tilelang_utils import T, tilelang_jit
 
 
-def _max_over_splits(part_ml, part, m, kv_splits):
-    top = part_ml[part, 0, m]
-    for s in range(1, kv_splits):
-        top = T.max(top, part_ml[part + s, 0, m])
-    return top
-
-
-def _sum_over_splits(part_ml, part, m, top, kv_splits, scale_log2):
-    total = part_ml[part, 1, m] * T.exp2((part_ml[part, 0, m] - top) * scale_log2)
-    for s in range(1, kv_splits):
-        total += part_ml[part + s, 1, m] * T.exp2(
-            (part_ml[part + s, 0, m] - top) * scale_log2
-        )
-    return total
-
-
-def _weighted_sum(part_o, row_fac, part, m, i, d, kv_splits):
-    total = part_o[part, m, d] * row_fac[i, 0]
-    for s in range(1, kv_splits):
-        total += part_o[part + s, m, d] * row_fac[i, s]
-    return total
-
-
-@T.macro
-def _merge_splits(
-    part_o, part_ml, attn_sink, len_s, out, row_max, row_norm, row_fac, rid,
-    gid, split, part, heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
-):  # fmt: skip
-    """Rows split * merge_rows ... of the cluster's output from the
-    kv_splits partial states: rescale each to the common max, fold the sink
-    (as the unsplit kernel does) and write bf16."""
-    r0 = split * merge_rows
-    for i in T.Parallel(merge_rows):
-        row_max[i] = _max_over_splits(part_ml, part, T.min(r0 + i, rows - 1), kv_splits)
-    for i in T.Parallel(merge_rows):
-        m = T.min(r0 + i, rows - 1)
-        l_sum = _sum_over_splits(part_ml, part, m, row_max[i], kv_splits, scale_log2)
-        sink_log2 = attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
-        m_log2 = row_max[i] * scale_log2
-        top = T.max(m_log2, sink_log2)
-        corr = T.exp2(m_log2 - top)
-        denom = l_sum * corr + T.exp2(sink_log2 - top)
-        row_norm[i] = T.if_then_else((len_s[m] > 0) & (l_sum > 0), corr / denom, 0.0)
-    for i, s in T.Parallel(merge_rows, kv_splits):
-        row_fac[i, s] = (
-            T.exp2(
-                (part_ml[part + s, 0, T.min(r0 + i, rows - 1)] - row_max[i])
-                * scale_log2
-            )
-            * row_norm[i]
-        )
-    for i, d in T.Parallel(merge_rows, HEAD_DIM):
-        if r0 + i < rows:
-            out[
-                rid,
-                (r0 + i) // heads_per_cta,
-                gid * heads_per_cta + (r0 + i) % heads_per_cta,
-                d,
-            ] = T.cast(
-                _weighted_sum(part_o, row_fac, part, r0 + i, i, d, kv_splits),
-                T.bfloat16,
-            )
-
-
 @tilelang_jit
 def dspark_draft_attn_tilelang(
     q,
@@ -408,6 +344,73 @@ def dspark_draft_attn_tilelang(
                 row_fac, rid, gid, split, part, heads_per_cta, rows, merge_rows,
                 kv_splits, scale_log2,
             )  # fmt: skip
+
+
+# The split kernel's merge (kv_splits > 1). Defined after the kernels' first
+# @tilelang_jit so that, without tilelang, importing this module fails with
+# vLLM's own "tilelang is required" ImportError, not at a macro decorator.
+def _max_over_splits(part_ml, part, m, kv_splits):
+    top = part_ml[part, 0, m]
+    for s in range(1, kv_splits):
+        top = T.max(top, part_ml[part + s, 0, m])
+    return top
+
+
+def _sum_over_splits(part_ml, part, m, top, kv_splits, scale_log2):
+    total = part_ml[part, 1, m] * T.exp2((part_ml[part, 0, m] - top) * scale_log2)
+    for s in range(1, kv_splits):
+        total += part_ml[part + s, 1, m] * T.exp2(
+            (part_ml[part + s, 0, m] - top) * scale_log2
+        )
+    return total
+
+
+def _weighted_sum(part_o, row_fac, part, m, i, d, kv_splits):
+    total = part_o[part, m, d] * row_fac[i, 0]
+    for s in range(1, kv_splits):
+        total += part_o[part + s, m, d] * row_fac[i, s]
+    return total
+
+
+@T.macro
+def _merge_splits(
+    part_o, part_ml, attn_sink, len_s, out, row_max, row_norm, row_fac, rid,
+    gid, split, part, heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
+):  # fmt: skip
+    """Rows split * merge_rows ... of the cluster's output from the
+    kv_splits partial states: rescale each to the common max, fold the sink
+    (as the unsplit kernel does) and write bf16."""
+    r0 = split * merge_rows
+    for i in T.Parallel(merge_rows):
+        row_max[i] = _max_over_splits(part_ml, part, T.min(r0 + i, rows - 1), kv_splits)
+    for i in T.Parallel(merge_rows):
+        m = T.min(r0 + i, rows - 1)
+        l_sum = _sum_over_splits(part_ml, part, m, row_max[i], kv_splits, scale_log2)
+        sink_log2 = attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
+        m_log2 = row_max[i] * scale_log2
+        top = T.max(m_log2, sink_log2)
+        corr = T.exp2(m_log2 - top)
+        denom = l_sum * corr + T.exp2(sink_log2 - top)
+        row_norm[i] = T.if_then_else((len_s[m] > 0) & (l_sum > 0), corr / denom, 0.0)
+    for i, s in T.Parallel(merge_rows, kv_splits):
+        row_fac[i, s] = (
+            T.exp2(
+                (part_ml[part + s, 0, T.min(r0 + i, rows - 1)] - row_max[i])
+                * scale_log2
+            )
+            * row_norm[i]
+        )
+    for i, d in T.Parallel(merge_rows, HEAD_DIM):
+        if r0 + i < rows:
+            out[
+                rid,
+                (r0 + i) // heads_per_cta,
+                gid * heads_per_cta + (r0 + i) % heads_per_cta,
+                d,
+            ] = T.cast(
+                _weighted_sum(part_o, row_fac, part, r0 + i, i, d, kv_splits),
+                T.bfloat16,
+            )
 
 
 # Register split of the warp-specialised kernel (setmaxnreg): the softmax

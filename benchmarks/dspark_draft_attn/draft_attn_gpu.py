@@ -279,8 +279,7 @@ def kernel_tensors(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> dict[str,
     h = b.q.shape[1]
     r = b.q.shape[0] // b.n
     kv_fp8, kv_i64, kv_bf16 = dk.page_views(b.pool, PAGE)
-    parts = r * (h // cfg.heads_per_cta) * cfg.kv_splits if cfg.kv_splits > 1 else 1
-    part_o, part_ml = dk._split_scratch(b.q.device, parts, dc.padded_rows(b.n, cfg.heads_per_cta, cfg.row_tile))
+    part_o, part_ml = dk.launch_scratch(b.q.device, r, h, b.n, cfg)
     return dict(
         q=b.q.view(r, b.n, h, D),
         kv_fp8=kv_fp8,
@@ -374,7 +373,7 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
             for n in (5, 7):
                 cfg = dc.select_tile_config(h, n, cap)
                 # and the KV split small batches pick (kv_splits_for)
-                split = dc.kv_splits_for(cfg, 1, cfg.heads_per_cta, width_for(n), 1 << 30, cap)
+                split = dc.split_kv_splits(cfg, width_for(n), cap)
                 keys += [compile_key(h, n, replace(cfg, kv_splits=s)) for s in sorted({1, split})]
         if cap[0] != 12:
             for h, n in ((64, 5), (8, 7), (16, 5)):
@@ -635,7 +634,7 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             cap = torch.cuda.get_device_capability(0)
             cfg = dc.select_tile_config(h, 5, cap)
             row["kv_splits"] = dc.kv_splits_for(
-                cfg, r, h, b.width, torch.cuda.get_device_properties(0).multi_processor_count, cap
+                cfg, r, h, b.width, dk._sm_count(b.q.device), cap
             )
             if row["kv_splits"] > 1:
                 # the same kernel unsplit (one CTA a head group), timed in the same run

@@ -269,6 +269,16 @@ def select_tile_config(
     return cfg
 
 
+def split_kv_splits(cfg: TileConfig, width: int, capability: tuple[int, int]) -> int:
+    """The kv_splits of a split launch of this shape (one CTA a KV tile, up to
+    a portable cluster), 1 where launches never split: SM90 only, where it was
+    measured; SM12x keeps one CTA a group (clusters exist there, but the split
+    is UNTESTED on SM12x hardware); never the warp-specialised kernel."""
+    if capability[0] != 9 or cfg.warp_specialized:
+        return 1
+    return min(width // cfg.block_kv, MAX_KV_SPLITS)
+
+
 def kv_splits_for(
     cfg: TileConfig,
     num_reqs: int,
@@ -280,26 +290,15 @@ def kv_splits_for(
     """KV splits for a launch of num_reqs requests: at small batches a head
     group's tiles run one after another on one SM while most SMs idle
     (R = 1, 64 heads: 8 CTAs of 3 tiles on 132 SMs), so give every tile a
-    CTA of its own, as long as all CTAs still get an SM each (more CTAs than
-    SMs queue, and the partial outputs stop fitting in L2). All or nothing:
-    on the H200 3 splits of 3 tiles took R = 1 from 20.9-21.6 to 16.8-17.1
-    us, while 2 of 3 (R = 8, 64 heads) ranged from 5 % faster to 4 % slower
-    than none (runs 13 and 16).
-
-    SM90 only, where it was measured; SM12x keeps one CTA a group (clusters
-    exist there, but the split is UNTESTED on SM12x hardware).
+    CTA of its own (split_kv_splits), as long as all CTAs still get an SM each
+    (more CTAs than SMs queue, and the partial outputs stop fitting in L2).
+    All or nothing: on the H200 3 splits of 3 tiles took R = 1 from 20.9-21.6
+    to 16.8-17.1 us, while 2 of 3 (R = 8, 64 heads) ranged from 5 % faster to
+    4 % slower than none (runs 13 and 16).
     """
-    if capability[0] != 9 or cfg.warp_specialized:
-        return 1
-    tiles = min(width // cfg.block_kv, MAX_KV_SPLITS)
+    splits = split_kv_splits(cfg, width, capability)
     groups = num_reqs * (num_heads // cfg.heads_per_cta)
-    return tiles if tiles > 1 and groups * tiles <= sm_count else 1
-
-
-def split_workspace_parts(sm_count: int) -> int:
-    """Partial states the split scratch holds: kv_splits_for keeps
-    num_reqs * groups * kv_splits <= sm_count."""
-    return max(sm_count, 1)
+    return splits if groups * splits <= sm_count else 1
 
 
 def dspark_draft_attention_ref(

@@ -51,7 +51,7 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     kv_splits_for,
     padded_rows,
     select_tile_config,
-    split_workspace_parts,
+    split_kv_splits,
 )
 from vllm.tilelang_utils import T, tilelang_jit
 
@@ -966,7 +966,7 @@ class DSparkDraftAttnTileLangKernel(
         # (kv_splits_for: 1 or one CTA a tile).
         width = dspark_index_width(window_size, num_queries)
         cfg = select_tile_config(num_heads, num_queries, capability)
-        split = kv_splits_for(cfg, 1, cfg.heads_per_cta, width, 1 << 30, capability)
+        split = split_kv_splits(cfg, width, capability)
         return [
             self.dispatch(
                 num_heads=num_heads,
@@ -1115,13 +1115,30 @@ def _split_scratch(
     if o is None or ml is None or o.numel() < parts * m_pad * HEAD_DIM:
         if torch.cuda.is_current_stream_capturing():
             return None
-        rows = max(parts, split_workspace_parts(_sm_count(device))) * m_pad
+        # kv_splits_for keeps a split launch's parts <= the SM count
+        rows = max(parts, _sm_count(device)) * m_pad
         o = torch.empty(rows * HEAD_DIM, dtype=torch.float32, device=device)
         ml = torch.empty(2 * rows, dtype=torch.float32, device=device)
         _SPLIT_SCRATCH[device] = (o, ml)
     return (
         o[: parts * m_pad * HEAD_DIM].view(parts, m_pad, HEAD_DIM),
         ml[: parts * 2 * m_pad].view(parts, 2, m_pad),
+    )
+
+
+def launch_scratch(
+    device: torch.device,
+    num_reqs: int,
+    num_heads: int,
+    num_queries: int,
+    tile: TileConfig,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The part_o / part_ml arguments of one launch (_split_scratch)."""
+    parts = num_reqs * (num_heads // tile.heads_per_cta) * tile.kv_splits
+    return _split_scratch(
+        device,
+        parts if tile.kv_splits > 1 else 1,
+        padded_rows(num_queries, tile.heads_per_cta, tile.row_tile),
     )
 
 
@@ -1170,12 +1187,10 @@ def dspark_draft_attention(
                 tile, num_reqs, num_heads, width, _sm_count(q.device), capability
             ),
         )
-    m_pad = padded_rows(num_queries, tile.heads_per_cta, tile.row_tile)
-    parts = num_reqs * (num_heads // tile.heads_per_cta) * tile.kv_splits
-    scratch = _split_scratch(q.device, parts if tile.kv_splits > 1 else 1, m_pad)
+    scratch = launch_scratch(q.device, num_reqs, num_heads, num_queries, tile)
     if scratch is None:  # first split launch inside a capture: do not split
         tile = replace(tile, kv_splits=1)
-        scratch = _split_scratch(q.device, 1, m_pad)
+        scratch = launch_scratch(q.device, num_reqs, num_heads, num_queries, tile)
         assert scratch is not None
     key = _DSPARK_DRAFT_ATTN_TILELANG_KERNEL.dispatch(
         num_heads=num_heads,

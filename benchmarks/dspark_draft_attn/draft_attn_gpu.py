@@ -325,6 +325,10 @@ SWEEP_CONFIGS = tuple(
         (8, 64, 256, 1, 1, 64, False, 0, 1, True),
         (8, 64, 256, 1, 1, 64, False, 0, 3, True),
         (8, 32, 256, 1, 1, 64, False, 0, 6, True),
+        # the gathers' slots read from the index tensor instead of the shared row (whose
+        # reads TileLang fences with two CTA barriers per 16-byte copy)
+        (8, 64, 256, 1, 1, 64, False, 0, 1, True, True),
+        (8, 64, 256, 1, 1, 64, False, 0, 3, True, True),
     )
 )
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))

@@ -246,6 +246,36 @@ def test_compile_keys(kernel_module):
     assert len(keys) == 8
 
 
+def test_compile_key_carries_the_gather_slot_source(kernel_module):
+    """global_slots changes the generated gathers, so it must reach the key (and the launch
+    arguments); a key without it would serve one variant's cached kernel for the other."""
+    owner = kernel_module.DSparkDraftAttnTileLangKernel()
+    kw = dict(num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=dc.fp8_ds_mla_page_bytes(64),
+              scale=512**-0.5, capability=(9, 0))
+    default = owner.dispatch(**kw)
+    tile = dc.select_tile_config(16, 5, (9, 0))
+    flipped = owner.dispatch(**kw, tile=dataclasses.replace(tile, global_slots=not tile.global_slots))
+    assert flipped.global_slots != default.global_slots
+    assert flipped == dataclasses.replace(default, global_slots=flipped.global_slots) and flipped != default
+
+
+def test_timeline_stamps_edit_the_current_kernel():
+    """timeline.py inserts clock stamps at anchor lines of the kernel's source; an anchor the
+    kernel lost would raise on the GPU after the device time is spent."""
+    from benchmarks.dspark_draft_attn import timeline
+
+    src = timeline.stamped_source()
+    assert "def timeline_dspark_draft_attn(" in src and "@tilelang_jit" not in src
+    # every point outside the KV loop once, each tile point once inside it
+    for slot in (*timeline.POINTS.values(), *timeline.AFTER.values()):
+        assert src.count(f"stamps[rid, bx, {slot}]") == 1, timeline.names()[slot]
+    for k in range(len(timeline.TILE_POINTS)):
+        assert src.count(f"stamps[rid, bx, {timeline.TILE_BASE} + tt * {len(timeline.TILE_POINTS)} + {k}]") == 1
+    assert src.count('"dspark_globaltimer"') == 2
+    assert src.count('"clock64"') == len(timeline.POINTS) + len(timeline.TILE_POINTS) + len(timeline.AFTER)
+    compile(src, "timeline", "exec")
+
+
 def test_wrapper_shapes_and_page_views(kernel_module):
     pool = torch.zeros(3, dc.fp8_ds_mla_page_bytes(64), dtype=torch.uint8)
     as_3d = torch.as_strided(pool, (3, 64, 584), (37_440, 584, 1))  # the SWA cache's own view

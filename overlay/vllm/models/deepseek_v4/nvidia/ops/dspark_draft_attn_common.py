@@ -96,6 +96,10 @@ class TileConfig:
     # plain kernel only: Q loaded with cp.async before the index reads (its
     # DRAM trip overlaps them) instead of after
     q_async: bool = False
+    # plain kernel only: the gathers read each slot from the index tensor
+    # (L1) instead of the shared index row, whose reads TileLang fenced with
+    # two CTA barriers per 16-byte copy (18 a 64-token tile)
+    global_slots: bool = False
 
 
 def cta_queries(num_queries: int, cfg: TileConfig) -> int:

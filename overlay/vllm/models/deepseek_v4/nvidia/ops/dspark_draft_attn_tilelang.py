@@ -82,6 +82,7 @@ def dspark_draft_attn_tilelang(
     row_tile: int = 16,
     kv_splits: int = 1,
     q_async: bool = False,
+    global_slots: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -218,23 +219,41 @@ def dspark_draft_attn_tilelang(
             # once for every row of the CTA. Plain copies, so the pipeline
             # issues them as async copies.
             for j, d in T.Parallel(block_kv, NOPE_DIM):
-                live_slot = T.if_then_else(
-                    t * block_kv + j < live_len, T.max(idx_s[t * block_kv + j], 0), 0
+                live_slot = _gather_slot(
+                    idx_s,
+                    indices,
+                    rid,
+                    src_row,
+                    t * block_kv + j,
+                    live_len,
+                    global_slots,
                 )
                 fp8_s[j, d] = kv_fp8[
                     live_slot // block_size,
                     (live_slot % block_size) * TOKEN_DATA_BYTES + d,
                 ]
             for j in T.Parallel(block_kv):
-                live_slot = T.if_then_else(
-                    t * block_kv + j < live_len, T.max(idx_s[t * block_kv + j], 0), 0
+                live_slot = _gather_slot(
+                    idx_s,
+                    indices,
+                    rid,
+                    src_row,
+                    t * block_kv + j,
+                    live_len,
+                    global_slots,
                 )
                 scale_s[j] = kv_i64[
                     live_slot // block_size, scale_off // 8 + live_slot % block_size
                 ]
             for j, d in T.Parallel(block_kv, ROPE_DIM):
-                live_slot = T.if_then_else(
-                    t * block_kv + j < live_len, T.max(idx_s[t * block_kv + j], 0), 0
+                live_slot = _gather_slot(
+                    idx_s,
+                    indices,
+                    rid,
+                    src_row,
+                    t * block_kv + j,
+                    live_len,
+                    global_slots,
                 )
                 rope_s[j, d] = kv_bf16[
                     live_slot // block_size,
@@ -344,6 +363,16 @@ def dspark_draft_attn_tilelang(
                 row_fac, rid, gid, split, part, heads_per_cta, rows, merge_rows,
                 kv_splits, scale_log2,
             )  # fmt: skip
+
+
+def _gather_slot(idx_s, indices, rid, src_row, pos, live_len, global_slots):
+    """Cache slot of index position pos for a gather (slot 0 past the live
+    length or for a -1 entry; the live mask zeroes those). global_slots: read
+    it from the index tensor (an L1 hit after the row's first read) rather than
+    the shared copy, whose reads TileLang fences with two CTA barriers around
+    each of a thread's 16-byte cp.async copies."""
+    slot = indices[rid, src_row, pos] if global_slots else idx_s[pos]
+    return T.if_then_else(pos < live_len, T.max(slot, 0), 0)
 
 
 # The split kernel's merge (kv_splits > 1). Defined after the kernels' first
@@ -906,6 +935,7 @@ class DSparkDraftAttnTileLangKernel(
         queries_per_cta: int
         kv_splits: int
         q_async: bool
+        global_slots: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -949,6 +979,7 @@ class DSparkDraftAttnTileLangKernel(
             queries_per_cta=cta_queries(num_queries, cfg),
             kv_splits=cfg.kv_splits,
             q_async=cfg.q_async,
+            global_slots=cfg.global_slots,
         )
 
     def get_warmup_keys(
@@ -1050,6 +1081,7 @@ class DSparkDraftAttnTileLangKernel(
             key.row_tile,
             key.kv_splits,
             key.q_async,
+            key.global_slots,
         )
 
 

@@ -1,0 +1,222 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where a CTA of the draft-attention kernel spends its time: in-kernel timestamps on a GPU.
+
+The ablations (ablate.py) time the whole kernel with a part cut out; this reads the clock
+inside it. The plain kernel's own source gets a `stamps` argument and, at named points,
+thread 0 of every CTA writes `clock64()` there (entry, after the lens / index reads, after
+the prologue, per KV tile: loop top, dequantised, S = QK^T done, softmax done; after the
+loop, after the split's partial stores, after the cluster barrier, end) plus `%globaltimer`
+at entry and end (to convert cycles to ns and to see when each CTA started). One launch per
+case, L2 hot (the same launch repeated) and cold (a 256 MB memset first), after warm-up.
+Reported per point: the median and max over CTAs of the time since the CTA's entry, and the
+spread of CTA entries (waves, launch skew) beside the kernel's span.
+
+The stamps cost a few instructions each and keep the compiler from moving work across them,
+so the total is a little above the unstamped kernel's: read the phases, not the total.
+
+    python -m benchmarks.dspark_draft_attn.timeline --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.dspark_draft_attn import draft_attn_gpu as g
+
+MAX_TILES = 3  # width 192 / 64-token tiles
+SLOTS = 32
+# stamp name -> slot; tile points get TILE_BASE + tile * len(TILE_POINTS) + i
+GT_ENTRY, GT_END = 0, 1
+POINTS = {"entry": 2, "lens_idx": 3, "prologue": 4}
+TILE_BASE = 5
+TILE_POINTS = ("tile_top", "dequantised", "gemm1", "softmax")
+AFTER = {
+    "loop_done": TILE_BASE + MAX_TILES * len(TILE_POINTS),
+    "partials_stored": TILE_BASE + MAX_TILES * len(TILE_POINTS) + 1,
+    "cluster_synced": TILE_BASE + MAX_TILES * len(TILE_POINTS) + 2,
+    "end": TILE_BASE + MAX_TILES * len(TILE_POINTS) + 3,
+}
+
+# own lines: TileLang pastes it into the generated file beside its own #if / #endif lines
+_GLOBALTIMER = (
+    "\n__device__ __forceinline__ long long dspark_globaltimer() {"
+    ' long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }\n'
+)
+
+
+def _stamp(indent: str, slot: str, timer: str = "clock64") -> str:
+    return (
+        f"{indent}if T.get_thread_binding() == 0:\n"
+        f'{indent}    stamps[rid, bx, {slot}] = T.call_extern("int64", "{timer}")\n'
+    )
+
+
+# (anchor line in the kernel, stamp text inserted before it); every anchor must occur once
+def _edits() -> list[tuple[str, str]]:
+    i8, i12 = " " * 8, " " * 12
+    tile = lambda k: f"{TILE_BASE} + tt * {len(TILE_POINTS)} + {k}"  # noqa: E731
+    return [
+        (f"{i8}if q_async:\n{i8}    # Q first", f"{i8}T.import_source({_GLOBALTIMER!r})\n"
+         + _stamp(i8, str(GT_ENTRY), "dspark_globaltimer") + _stamp(i8, str(POINTS["entry"]))),
+        (f"{i8}# Row m of the CTA is query m // heads_per_cta", _stamp(i8, str(POINTS["lens_idx"]))),
+        (f"{i8}# num_stages > 1: the raw bytes", _stamp(i8, str(POINTS["prologue"]))),
+        (f"{i12}t = tt * kv_splits + split\n", _stamp(i12, tile(0))),
+        (f"{i12}for m, j in T.Parallel(m_pad, block_kv):\n{i12}    acc_s[m, j] = T.if_then_else(",
+         _stamp(i12, tile(1))),
+        (f"{i12}T.copy(m_i, m_prev)\n", _stamp(i12, tile(2))),
+        (f"{i12}T.copy(acc_s, p_s)\n", _stamp(i12, tile(3))),
+        (f"{i8}if kv_splits == 1:\n{i12}# Fold the sink", _stamp(i8, str(AFTER["loop_done"]))),
+        (f"{i12}T.sync_threads()\n{i12}T.cluster_sync()\n", _stamp(i12, str(AFTER["partials_stored"]))),
+        (f"{i12}row_max = T.alloc_shared([merge_rows], T.float32)\n", _stamp(i12, str(AFTER["cluster_synced"]))),
+    ]
+
+
+def stamped_source() -> str:
+    """The plain kernel function with a `stamps` argument and the stamps inserted."""
+    text = Path(g.dc.__file__).with_name("dspark_draft_attn_tilelang.py").read_text()
+    lines = text.splitlines(keepends=True)
+    fn = next(n for n in ast.parse(text).body
+              if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
+    src = "".join(lines[fn.lineno - 1 : fn.end_lineno])  # without the decorator
+    for anchor, stamp in _edits():
+        if src.count(anchor) != 1:
+            raise ValueError(f"timeline: anchor {anchor!r} occurs {src.count(anchor)} times in the kernel")
+        src = src.replace(anchor, stamp + anchor)
+    for old, new in (
+        ("    part_ml,\n    num_heads: int,", "    part_ml,\n    stamps,\n    num_heads: int,"),
+        ("    part_ml: T.Tensor[[num_parts, 2, m_pad], T.float32]",
+         f"    stamps: T.Tensor[[num_reqs, num_heads // heads_per_cta * kv_splits, {SLOTS}], T.int64]  # type: ignore\n"
+         "    part_ml: T.Tensor[[num_parts, 2, m_pad], T.float32]"),
+    ):
+        if src.count(old) != 1:
+            raise ValueError(f"timeline: {old!r} occurs {src.count(old)} times in the kernel")
+        src = src.replace(old, new)
+    src = src.rstrip("\n") + "\n" + _stamp(" " * 8, str(AFTER["end"])) + _stamp(
+        " " * 8, str(GT_END), "dspark_globaltimer")
+    return src.replace("def dspark_draft_attn_tilelang(", "def timeline_dspark_draft_attn(", 1)
+
+
+def jit_stamped():
+    import tilelang
+    from vllm.tilelang_utils import _get_pass_configs
+
+    path = Path(tempfile.gettempdir()) / "dspark_draft_attn_timeline.py"
+    path.write_text(stamped_source())
+    ns = dict(vars(g.dk))
+    exec(compile(path.read_text(), str(path), "exec"), ns)
+    return tilelang.jit(pass_configs=_get_pass_configs())(ns["timeline_dspark_draft_attn"])
+
+
+def stamped_args(b: g.Batch, out, cfg, stamps) -> tuple:
+    """The kernel's launch arguments (as its owner lays them out) with stamps after part_ml."""
+    from benchmarks.dspark_draft_attn.ablate import args_for
+
+    args = list(args_for(b, out, cfg))
+    part_ml_at = 9  # q, kv_fp8, kv_i64, kv_bf16, indices, lens, attn_sink, out, part_o, part_ml
+    return (*args[: part_ml_at + 1], stamps, *args[part_ml_at + 1 :])
+
+
+def names() -> dict[int, str]:
+    out = {v: k for k, v in POINTS.items()} | {v: k for k, v in AFTER.items()}
+    for t in range(MAX_TILES):
+        for i, p in enumerate(TILE_POINTS):
+            out[TILE_BASE + t * len(TILE_POINTS) + i] = f"t{t}_{p}"
+    return out
+
+
+def summarise(stamps) -> dict[str, Any]:
+    """Per point: median / max over CTAs of ns since the CTA's entry; CTA entry spread."""
+    s = stamps.reshape(-1, SLOTS).cpu().tolist()
+    ns_per_cycle = statistics.median(
+        (c[GT_END] - c[GT_ENTRY]) / (c[AFTER["end"]] - c[POINTS["entry"]])
+        for c in s if c[AFTER["end"]] > c[POINTS["entry"]] > 0
+    )
+    points = {}
+    for slot, name in sorted(names().items()):
+        d = [(c[slot] - c[POINTS["entry"]]) * ns_per_cycle / 1000 for c in s if c[slot] >= 0]
+        if d:
+            points[name] = dict(median_us=statistics.median(d), max_us=max(d), ctas=len(d))
+    t0 = min(c[GT_ENTRY] for c in s)
+    entries = sorted((c[GT_ENTRY] - t0) / 1000 for c in s)
+    return dict(
+        ns_per_cycle=ns_per_cycle,
+        ctas=len(s),
+        points=points,
+        entry_spread_us=dict(median=statistics.median(entries), max=entries[-1]),
+        span_us=(max(c[GT_END] for c in s) - t0) / 1000,
+        cta_us=dict(median=statistics.median((c[GT_END] - c[GT_ENTRY]) / 1000 for c in s),
+                    max=max((c[GT_END] - c[GT_ENTRY]) / 1000 for c in s)),
+    )
+
+
+def cases() -> list[tuple[int, int, Any]]:
+    """(R, heads, tile): the default unsplit and split at small R, unsplit at R = 256, and the
+    gathers reading their slots from the index tensor beside each."""
+    sm90 = g.dc.select_tile_config(64, 5, (9, 0))
+    return [
+        (r, h, g.replace(sm90, kv_splits=s, global_slots=gs))
+        for r, h, s in ((1, 64, 1), (1, 64, 3), (8, 16, 3), (256, 16, 1), (64, 64, 1))
+        for gs in (False, True)
+    ]
+
+
+def _compile(job: tuple[int, Any]) -> None:
+    h, cfg = job
+    import torch
+
+    b = g.plain_batch(1, h, 7000 + h)
+    stamps = torch.full((1, h // cfg.heads_per_cta * cfg.kv_splits, SLOTS), -1, dtype=torch.int64, device="cuda")
+    jit_stamped().compile(*stamped_args(b, torch.empty_like(b.q), cfg, stamps))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--procs", type=int, default=8)
+    a = ap.parse_args(argv)
+    import torch
+
+    rep: dict[str, Any] = dict(env=g.env_info(), rows=[])
+
+    def save() -> None:
+        Path(a.json).write_text(json.dumps(rep, indent=1, default=str))
+
+    jobs = sorted({(h, cfg) for _, h, cfg in cases()}, key=repr)
+    rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
+    save()
+    kern = jit_stamped()
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for r, h, cfg in cases():
+        row: dict[str, Any] = dict(R=r, H=h, kv_splits=cfg.kv_splits, global_slots=cfg.global_slots)
+        try:
+            b = g.plain_batch(r, h, 7000 + r + h)
+            out = torch.empty_like(b.q)
+            stamps = torch.full((r, h // cfg.heads_per_cta * cfg.kv_splits, SLOTS), -1,
+                                dtype=torch.int64, device="cuda")
+            args = stamped_args(b, out, cfg, stamps)
+            for _ in range(5):
+                kern(*args)
+            torch.cuda.synchronize()
+            row["hot"] = summarise(stamps)
+            flush.zero_()
+            stamps.fill_(-1)
+            kern(*args)
+            torch.cuda.synchronize()
+            row["cold"] = summarise(stamps)
+        except Exception as e:  # noqa: BLE001 - reported
+            row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+        rep["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -41,13 +41,17 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
         ("live_s[j], rope_s[j, d], T.cast(0, T.bfloat16)", "live_s[j], T.cast(1, T.bfloat16), T.cast(0, T.bfloat16)"),
     ],
     # every gather reads slot 0 (one L2-resident token): the copies stay, DRAM traffic goes
-    "gather_slot0": [("T.max(idx_s[t * block_kv + j], 0), 0", "0, 0")],
+    # (a live length of 0 inside the three gathers' slot lookups: _gather_slot gives slot 0)
+    "gather_slot0": [("t * block_kv + j,\n                    live_len,", "t * block_kv + j,\n                    0,")],
     # at most one KV tile: (whole - one_tile) / (tiles - 1) is the cost of a tile
     "one_tile": [("live_len = T.min(max_len, width)", "live_len = T.min(max_len, block_kv)")],
-    # split launches (kv_splits > 1; the same as whole unsplit): no partial-state stores, no
-    # cluster barrier and a one-row merge
+    # split launches through L2 scratch (kv_splits > 1, dsmem_merge off; the same as whole
+    # unsplit): no partial-state stores, no cluster barrier and a one-row merge
     "no_partial_store": [("part_o[part + split, m, d] = acc_o[m, d]", "pass")],
-    "no_cluster_merge": [("T.cluster_sync()", "pass"), ("merge_rows = -(-rows // kv_splits)", "merge_rows = 1")],
+    "no_cluster_merge": [
+        ("T.sync_threads()\n            T.cluster_sync()", "T.sync_threads()"),
+        ("merge_rows = -(-rows // kv_splits)", "merge_rows = 1"),
+    ],
 }
 
 

@@ -329,6 +329,11 @@ SWEEP_CONFIGS = tuple(
         # reads TileLang fences with two CTA barriers per 16-byte copy)
         (8, 64, 256, 1, 1, 64, False, 0, 1, True, True),
         (8, 64, 256, 1, 1, 64, False, 0, 3, True, True),
+        # the split's partial states merged through distributed shared memory (bulk copies
+        # between the cluster's CTAs) instead of L2 scratch: the SM90 default since run 18
+        (8, 64, 256, 1, 1, 64, False, 0, 3, True, False, True),
+        (8, 64, 256, 1, 1, 64, False, 0, 2, True, False, True),
+        (8, 32, 256, 1, 1, 64, False, 0, 6, True, False, True),
     )
 )
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))

@@ -73,8 +73,11 @@ def _edits() -> list[tuple[str, str]]:
         (f"{i12}T.copy(m_i, m_prev)\n", _stamp(i12, tile(2))),
         (f"{i12}T.copy(acc_s, p_s)\n", _stamp(i12, tile(3))),
         (f"{i8}if kv_splits == 1:\n{i12}# Fold the sink", _stamp(i8, str(AFTER["loop_done"]))),
+        # the split's merge through L2 scratch, then through distributed shared memory
         (f"{i12}T.sync_threads()\n{i12}T.cluster_sync()\n", _stamp(i12, str(AFTER["partials_stored"]))),
-        (f"{i12}row_max = T.alloc_shared([merge_rows], T.float32)\n", _stamp(i12, str(AFTER["cluster_synced"]))),
+        (f"{i12}_merge_splits(\n", _stamp(i12, str(AFTER["cluster_synced"]))),
+        (f"{i12}# every CTA is past its loop", _stamp(i12, str(AFTER["partials_stored"]))),
+        (f"{i12}# no CTA exits before the copies", _stamp(i12, str(AFTER["cluster_synced"]))),
     ]
 
 
@@ -157,13 +160,14 @@ def summarise(stamps) -> dict[str, Any]:
 
 
 def cases() -> list[tuple[int, int, Any]]:
-    """(R, heads, tile): the default unsplit and split at small R, unsplit at R = 256, and the
-    gathers reading their slots from the index tensor beside each."""
+    """(R, heads, tile): unsplit at R = 1 and 256, split at small R with the merge through L2
+    scratch and through distributed shared memory."""
     sm90 = g.dc.select_tile_config(64, 5, (9, 0))
-    return [
-        (r, h, g.replace(sm90, kv_splits=s, global_slots=gs))
-        for r, h, s in ((1, 64, 1), (1, 64, 3), (8, 16, 3), (256, 16, 1), (64, 64, 1))
-        for gs in (False, True)
+    unsplit = [(r, h, g.replace(sm90, kv_splits=1)) for r, h in ((1, 64), (256, 16))]
+    return unsplit + [
+        (r, h, g.replace(sm90, kv_splits=3, dsmem_merge=dsmem))
+        for r, h in ((1, 64), (8, 16))
+        for dsmem in (False, True)
     ]
 
 
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     kern = jit_stamped()
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for r, h, cfg in cases():
-        row: dict[str, Any] = dict(R=r, H=h, kv_splits=cfg.kv_splits, global_slots=cfg.global_slots)
+        row: dict[str, Any] = dict(R=r, H=h, kv_splits=cfg.kv_splits, dsmem_merge=cfg.dsmem_merge)
         try:
             b = g.plain_batch(r, h, 7000 + r + h)
             out = torch.empty_like(b.q)

@@ -246,17 +246,34 @@ def test_compile_keys(kernel_module):
     assert len(keys) == 8
 
 
-def test_compile_key_carries_the_gather_slot_source(kernel_module):
-    """global_slots changes the generated gathers, so it must reach the key (and the launch
-    arguments); a key without it would serve one variant's cached kernel for the other."""
+def test_compile_key_carries_the_kernel_variants(kernel_module):
+    """global_slots (the gathers) and dsmem_merge (the split's merge) change the generated code,
+    so they must reach the key (and the launch arguments); a key without one would serve one
+    variant's cached kernel for the other."""
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
     kw = dict(num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=dc.fp8_ds_mla_page_bytes(64),
               scale=512**-0.5, capability=(9, 0))
     default = owner.dispatch(**kw)
     tile = dc.select_tile_config(16, 5, (9, 0))
-    flipped = owner.dispatch(**kw, tile=dataclasses.replace(tile, global_slots=not tile.global_slots))
-    assert flipped.global_slots != default.global_slots
-    assert flipped == dataclasses.replace(default, global_slots=flipped.global_slots) and flipped != default
+    for field in ("global_slots", "dsmem_merge"):
+        flip = {field: not getattr(tile, field)}
+        flipped = owner.dispatch(**kw, tile=dataclasses.replace(tile, **flip))
+        assert flipped == dataclasses.replace(default, **flip) and flipped != default
+
+
+def test_dsmem_merge_only_where_its_buffers_fit():
+    """The split merge through distributed shared memory holds a CTA's partial state and the
+    rows it receives at once (fp32, 516 columns a row): N = 5 (40 rows) fits SM90's 227 KiB at
+    every split size, N = 7 (56 rows, 57 at 3 splits: 235 KB) does not and merges through L2."""
+    for h in (64, 32, 16, 8):
+        n5, n7 = dc.select_tile_config(h, 5, (9, 0)), dc.select_tile_config(h, 7, (9, 0))
+        assert n5.dsmem_merge and not n7.dsmem_merge
+        for k in range(2, dc.MAX_KV_SPLITS + 1):
+            assert dc.tile_rule_violations(dataclasses.replace(n5, kv_splits=k), 5) == []
+        bad = dataclasses.replace(n7, kv_splits=3, dsmem_merge=True)
+        assert dc.dsmem_merge_smem_bytes(7, bad) > dc.SM90_SMEM_BYTES
+        assert any("dsmem_merge" in v for v in dc.tile_rule_violations(bad, 7))
+    assert not dc.select_tile_config(64, 5, (12, 0)).dsmem_merge  # SM12x never splits
 
 
 def test_timeline_stamps_edit_the_current_kernel():
@@ -266,13 +283,16 @@ def test_timeline_stamps_edit_the_current_kernel():
 
     src = timeline.stamped_source()
     assert "def timeline_dspark_draft_attn(" in src and "@tilelang_jit" not in src
-    # every point outside the KV loop once, each tile point once inside it
-    for slot in (*timeline.POINTS.values(), *timeline.AFTER.values()):
+    # every point outside the KV loop once (the merge's points once per merge path), each tile
+    # point once inside it
+    for slot in timeline.POINTS.values():
         assert src.count(f"stamps[rid, bx, {slot}]") == 1, timeline.names()[slot]
+    for name, slot in timeline.AFTER.items():
+        assert src.count(f"stamps[rid, bx, {slot}]") == (2 if name in ("partials_stored", "cluster_synced") else 1)
     for k in range(len(timeline.TILE_POINTS)):
         assert src.count(f"stamps[rid, bx, {timeline.TILE_BASE} + tt * {len(timeline.TILE_POINTS)} + {k}]") == 1
     assert src.count('"dspark_globaltimer"') == 2
-    assert src.count('"clock64"') == len(timeline.POINTS) + len(timeline.TILE_POINTS) + len(timeline.AFTER)
+    assert src.count('"clock64"') == len(timeline.POINTS) + len(timeline.TILE_POINTS) + len(timeline.AFTER) + 2
     compile(src, "timeline", "exec")
 
 
@@ -316,7 +336,12 @@ def test_sweep_shapes_follow_the_tile_rules():
     assert dc.TileConfig(8, 64, 256).reduce_batch == 1  # the measured default stays per-row
     assert any(c.reduce_batch > 1 for c in g.SWEEP_CONFIGS)
     for n in (5, 7):
-        defaults = {dc.select_tile_config(h, n, cap) for h in (64, 16) for cap in ((9, 0), (12, 0))}
+        # dsmem_merge only changes split launches (the sweep's split rows carry it)
+        defaults = {
+            dataclasses.replace(dc.select_tile_config(h, n, cap), dsmem_merge=False)
+            for h in (64, 16)
+            for cap in ((9, 0), (12, 0))
+        }
         assert defaults <= set(g.SWEEP_CONFIGS), "the sweep times the defaults it is compared with"
     for cfg in g.SWEEP_CONFIGS:  # the sweep runs at N = 5
         assert dc.tile_rule_violations(cfg, 5) == [], cfg

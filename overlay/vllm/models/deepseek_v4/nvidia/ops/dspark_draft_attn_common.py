@@ -34,6 +34,9 @@ SM90_SMEM_BYTES = 232_448
 WS_ROWS = 64
 # Largest portable thread-block cluster (the KV splits of one head group).
 MAX_KV_SPLITS = 8
+# A split's partial state row in shared memory (dsmem_merge): O, its max and
+# sum, padded so every row starts 16-byte aligned for the bulk copies.
+ML_COLS = HEAD_DIM + 4
 
 
 def padded_rows(num_queries: int, heads_per_cta: int, row_tile: int = 16) -> int:
@@ -100,11 +103,25 @@ class TileConfig:
     # (L1) instead of the shared index row, whose reads TileLang fenced with
     # two CTA barriers per 16-byte copy (18 a 64-token tile)
     global_slots: bool = False
+    # plain kernel, kv_splits > 1: the split CTAs' partial states merged
+    # through distributed shared memory instead of L2 scratch
+    dsmem_merge: bool = False
 
 
 def cta_queries(num_queries: int, cfg: TileConfig) -> int:
     """Queries one CTA handles (the plain kernel: all of the request's)."""
     return min(cfg.queries_per_cta or num_queries, num_queries)
+
+
+def dsmem_merge_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
+    """Shared memory of the dsmem_merge epilogue: the CTA's own partial state
+    and the rows it receives, live together (they reuse the loop's buffers,
+    so only their sum has to fit), plus 1 KiB for the static buffers beside
+    them; at kv_splits 1, the most any split size needs."""
+    rows = cta_queries(num_queries, cfg) * cfg.heads_per_cta
+    sizes = [cfg.kv_splits] if cfg.kv_splits > 1 else range(2, MAX_KV_SPLITS + 1)
+    part_rows = max(-(-rows // k) * k for k in sizes)
+    return 2 * part_rows * ML_COLS * 4 + 1024
 
 
 def ws_smem_bytes(block_kv: int, num_stages: int) -> int:
@@ -158,6 +175,11 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append(f"reduce_batch {cfg.reduce_batch} does not divide a thread's rows")
     if not 1 <= cfg.kv_splits <= MAX_KV_SPLITS:
         bad.append(f"kv_splits {cfg.kv_splits} is not a cluster size in 1..8")
+    if cfg.dsmem_merge and dsmem_merge_smem_bytes(num_queries, cfg) > SM90_SMEM_BYTES:
+        bad.append(
+            f"dsmem_merge needs {dsmem_merge_smem_bytes(num_queries, cfg)} B of "
+            "shared memory"
+        )
     return bad
 
 
@@ -243,7 +265,8 @@ def select_tile_config(
     elif capability[0] == 9:
         # rows padded to 64 so both GEMMs lower to wgmma; the warp-specialised
         # kernel (warp_specialized_config) measured slower on the H200; Q by
-        # cp.async ahead of the index reads was 0-5 % faster there
+        # cp.async ahead of the index reads was 0-5 % faster there; split
+        # launches merge through distributed shared memory (run 18)
         cfg = TileConfig(
             heads_per_cta=8,
             block_kv=64,
@@ -251,6 +274,7 @@ def select_tile_config(
             num_stages=1,
             row_tile=64,
             q_async=True,
+            dsmem_merge=True,
         )
         budget = SM90_SMEM_BYTES
     else:
@@ -270,6 +294,9 @@ def select_tile_config(
         raise ValueError(
             f"no tile for num_queries={num_queries} fits {budget} B of shared memory"
         )
+    if cfg.dsmem_merge and dsmem_merge_smem_bytes(num_queries, cfg) > budget:
+        # long drafts (56 rows at N = 7): the split merges through L2
+        cfg = replace(cfg, dsmem_merge=False)
     return cfg
 
 

@@ -40,6 +40,7 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     _NEG_LARGE,
     HEAD_DIM,
     LOG2E,
+    ML_COLS,
     NOPE_DIM,
     QUANT_BLOCK,
     ROPE_DIM,
@@ -83,6 +84,7 @@ def dspark_draft_attn_tilelang(
     kv_splits: int = 1,
     q_async: bool = False,
     global_slots: bool = False,
+    dsmem_merge: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -96,6 +98,9 @@ def dspark_draft_attn_tilelang(
     barrier (release / acquire) makes them visible, and each CTA then merges
     a slice of the rows: out = sum_s 2^(m_s - M) O_s / (sum_s 2^(m_s - M) l_s
     + 2^(sink - M)), M = max_s m_s (flash-decoding's split-KV merge).
+    dsmem_merge: the partial states go to the merging CTA's shared memory
+    instead (one bulk async copy per pair of CTAs, an mbarrier counting the
+    bytes), so no L2 round trip and no store drain at the cluster barrier.
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
@@ -155,6 +160,9 @@ def dspark_draft_attn_tilelang(
         l_i = T.alloc_fragment([m_pad], T.float32)
         l_tile = T.alloc_fragment([m_pad], T.float32)
         alpha = T.alloc_fragment([m_pad], T.float32)
+        if dsmem_merge and kv_splits > 1:
+            # one arrival per CTA of the cluster sending this CTA its rows
+            recv_bar = T.alloc_barrier(arrive_count=kv_splits)
 
         if q_async:
             # Q first, as cp.async: its DRAM trip overlaps the lens and
@@ -340,6 +348,43 @@ def dspark_draft_attn_tilelang(
                             gid * heads_per_cta + m % heads_per_cta,
                             d,
                         ] = acc_o[m, d] * alpha[m]
+        elif dsmem_merge:
+            # The partial states meet in distributed shared memory, not L2:
+            # each CTA copies its state (O, then m and l as extra columns) to
+            # shared memory and sends the rows CTA c merges to c with one bulk
+            # async copy, counted by c's mbarrier. The loop's buffers are dead
+            # here, so TileLang reuses their space (the lengths come from lens
+            # again so len_s does not stay live in the middle of it).
+            part_s = T.alloc_shared([merge_rows * kv_splits, ML_COLS], T.float32)
+            recv = T.alloc_shared([kv_splits, merge_rows, ML_COLS], T.float32)
+            for m, d in T.Parallel(m_pad, HEAD_DIM):
+                if m < merge_rows * kv_splits:
+                    part_s[m, d] = acc_o[m, d]
+            for m in T.Parallel(m_pad):
+                if m < merge_rows * kv_splits:
+                    part_s[m, HEAD_DIM] = m_i[m]
+                    part_s[m, HEAD_DIM + 1] = l_i[m]
+            # generic-proxy stores, read by the async proxy
+            T.fence_proxy_async()
+            T.sync_threads()
+            # every CTA is past its loop (recv reuses the loop's buffers)
+            T.cluster_sync()
+            if T.get_thread_binding() == 0:
+                for c in T.unroll(kv_splits):
+                    T.copy_cluster(
+                        part_s[c * merge_rows : (c + 1) * merge_rows, :],
+                        recv[split, :, :],
+                        dst_block=c,
+                        remote_barrier=recv_bar[0],
+                    )
+            T.barrier_wait(recv_bar[0], 0)
+            # no CTA exits before the copies out of its shared memory are done
+            T.cluster_arrive()
+            _merge_received(
+                recv, attn_sink, lens, out, rid, gid, split, heads_per_cta, rows,
+                merge_rows, kv_splits, scale_log2,
+            )  # fmt: skip
+            T.cluster_wait()
         else:
             # Publish this split's partial state; the cluster barrier's
             # release / acquire makes it visible to the other CTAs (the CTA
@@ -440,6 +485,72 @@ def _merge_splits(
                 _weighted_sum(part_o, row_fac, part, r0 + i, i, d, kv_splits),
                 T.bfloat16,
             )
+
+
+# recv's padding columns (free once the copies landed) hold the merge's per
+# row values: [0, i, MAX_COL] the common max, [1, i, MAX_COL] the row's
+# normaliser, [s, i, FAC_COL] split s's factor.
+FAC_COL = HEAD_DIM + 2
+MAX_COL = HEAD_DIM + 3
+
+
+def _recv_max(recv, i, kv_splits):
+    top = recv[0, i, HEAD_DIM]
+    for s in range(1, kv_splits):
+        top = T.max(top, recv[s, i, HEAD_DIM])
+    return top
+
+
+def _recv_sum(recv, i, top, kv_splits, scale_log2):
+    total = recv[0, i, HEAD_DIM + 1] * T.exp2((recv[0, i, HEAD_DIM] - top) * scale_log2)
+    for s in range(1, kv_splits):
+        total += recv[s, i, HEAD_DIM + 1] * T.exp2(
+            (recv[s, i, HEAD_DIM] - top) * scale_log2
+        )
+    return total
+
+
+def _recv_weighted(recv, i, d, kv_splits):
+    total = recv[0, i, d] * recv[0, i, FAC_COL]
+    for s in range(1, kv_splits):
+        total += recv[s, i, d] * recv[s, i, FAC_COL]
+    return total
+
+
+@T.macro
+def _merge_received(
+    recv, attn_sink, lens, out, rid, gid, split, heads_per_cta, rows,
+    merge_rows, kv_splits, scale_log2,
+):  # fmt: skip
+    """_merge_splits on the partial states of this CTA's rows as the cluster
+    sent them: recv[s, i, :HEAD_DIM] is split s's O of row split * merge_rows
+    + i, recv[s, i, HEAD_DIM] its max and recv[s, i, HEAD_DIM + 1] its sum."""
+    r0 = split * merge_rows
+    for i in T.Parallel(merge_rows):
+        recv[0, i, MAX_COL] = _recv_max(recv, i, kv_splits)
+    for i in T.Parallel(merge_rows):
+        m = T.min(r0 + i, rows - 1)
+        l_sum = _recv_sum(recv, i, recv[0, i, MAX_COL], kv_splits, scale_log2)
+        sink_log2 = attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
+        m_log2 = recv[0, i, MAX_COL] * scale_log2
+        top = T.max(m_log2, sink_log2)
+        corr = T.exp2(m_log2 - top)
+        denom = l_sum * corr + T.exp2(sink_log2 - top)
+        live = (lens[rid, m // heads_per_cta] > 0) & (l_sum > 0)
+        recv[1, i, MAX_COL] = T.if_then_else(live, corr / denom, 0.0)
+    for i, s in T.Parallel(merge_rows, kv_splits):
+        recv[s, i, FAC_COL] = (
+            T.exp2((recv[s, i, HEAD_DIM] - recv[0, i, MAX_COL]) * scale_log2)
+            * recv[1, i, MAX_COL]
+        )
+    for i, d in T.Parallel(merge_rows, HEAD_DIM):
+        if r0 + i < rows:
+            out[
+                rid,
+                (r0 + i) // heads_per_cta,
+                gid * heads_per_cta + (r0 + i) % heads_per_cta,
+                d,
+            ] = T.cast(_recv_weighted(recv, i, d, kv_splits), T.bfloat16)
 
 
 # Register split of the warp-specialised kernel (setmaxnreg): the softmax
@@ -936,6 +1047,7 @@ class DSparkDraftAttnTileLangKernel(
         kv_splits: int
         q_async: bool
         global_slots: bool
+        dsmem_merge: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -980,6 +1092,7 @@ class DSparkDraftAttnTileLangKernel(
             kv_splits=cfg.kv_splits,
             q_async=cfg.q_async,
             global_slots=cfg.global_slots,
+            dsmem_merge=cfg.dsmem_merge,
         )
 
     def get_warmup_keys(
@@ -1082,6 +1195,7 @@ class DSparkDraftAttnTileLangKernel(
             key.kv_splits,
             key.q_async,
             key.global_slots,
+            key.dsmem_merge,
         )
 
 

@@ -334,6 +334,12 @@ SWEEP_CONFIGS = tuple(
         (8, 64, 256, 1, 1, 64, False, 0, 3, True, False, True),
         (8, 64, 256, 1, 1, 64, False, 0, 2, True, False, True),
         (8, 32, 256, 1, 1, 64, False, 0, 6, True, False, True),
+        # run 18's timeline: the merge's cost is moving the partial states (a CTA's live rows x
+        # 512 fp32), so fewer heads a CTA (rows padded to 64 all the same) for less to move
+        (4, 64, 256, 1, 1, 64, False, 0, 3, True, False, True),
+        (2, 64, 256, 1, 1, 64, False, 0, 3, True, False, True),
+        (4, 64, 256, 1, 1, 64, False, 0, 3, True),
+        (4, 32, 256, 1, 1, 64, False, 0, 6, True, False, True),
     )
 )
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))

@@ -161,13 +161,13 @@ def summarise(stamps) -> dict[str, Any]:
 
 def cases() -> list[tuple[int, int, Any]]:
     """(R, heads, tile): unsplit at R = 1 and 256, split at small R with the merge through L2
-    scratch and through distributed shared memory."""
+    scratch and through distributed shared memory, the latter with 8, 4 and 2 heads a CTA."""
     sm90 = g.dc.select_tile_config(64, 5, (9, 0))
     unsplit = [(r, h, g.replace(sm90, kv_splits=1)) for r, h in ((1, 64), (256, 16))]
     return unsplit + [
-        (r, h, g.replace(sm90, kv_splits=3, dsmem_merge=dsmem))
+        (r, h, g.replace(sm90, kv_splits=3, dsmem_merge=dsmem, heads_per_cta=hpc))
         for r, h in ((1, 64), (8, 16))
-        for dsmem in (False, True)
+        for dsmem, hpc in ((False, 8), (True, 8), (True, 4), (True, 2))
     ]
 
 
@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     kern = jit_stamped()
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for r, h, cfg in cases():
-        row: dict[str, Any] = dict(R=r, H=h, kv_splits=cfg.kv_splits, dsmem_merge=cfg.dsmem_merge)
+        row: dict[str, Any] = dict(R=r, H=h, heads_per_cta=cfg.heads_per_cta, kv_splits=cfg.kv_splits,
+                                   dsmem_merge=cfg.dsmem_merge)
         try:
             b = g.plain_batch(r, h, 7000 + r + h)
             out = torch.empty_like(b.q)

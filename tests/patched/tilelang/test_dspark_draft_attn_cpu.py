@@ -261,19 +261,20 @@ def test_compile_key_carries_the_kernel_variants(kernel_module):
         assert flipped == dataclasses.replace(default, **flip) and flipped != default
 
 
-def test_dsmem_merge_only_where_its_buffers_fit():
+def test_dsmem_merge_fits_n5_not_n7():
     """The split merge through distributed shared memory holds a CTA's partial state and the
     rows it receives at once (fp32, 516 columns a row): N = 5 (40 rows) fits SM90's 227 KiB at
-    every split size, N = 7 (56 rows, 57 at 3 splits: 235 KB) does not and merges through L2."""
+    every split size, N = 7 (56 rows, 57 at 3 splits: 235 KB) does not, and the tile rules
+    (which the sweep's shapes must pass) say so."""
     for h in (64, 32, 16, 8):
         n5, n7 = dc.select_tile_config(h, 5, (9, 0)), dc.select_tile_config(h, 7, (9, 0))
-        assert n5.dsmem_merge and not n7.dsmem_merge
+        assert not n5.dsmem_merge and not n7.dsmem_merge  # measured no faster: not the default
         for k in range(2, dc.MAX_KV_SPLITS + 1):
-            assert dc.tile_rule_violations(dataclasses.replace(n5, kv_splits=k), 5) == []
+            ok = dataclasses.replace(n5, kv_splits=k, dsmem_merge=True)
+            assert dc.tile_rule_violations(ok, 5) == []
         bad = dataclasses.replace(n7, kv_splits=3, dsmem_merge=True)
         assert dc.dsmem_merge_smem_bytes(7, bad) > dc.SM90_SMEM_BYTES
         assert any("dsmem_merge" in v for v in dc.tile_rule_violations(bad, 7))
-    assert not dc.select_tile_config(64, 5, (12, 0)).dsmem_merge  # SM12x never splits
 
 
 def test_timeline_stamps_edit_the_current_kernel():
@@ -336,12 +337,7 @@ def test_sweep_shapes_follow_the_tile_rules():
     assert dc.TileConfig(8, 64, 256).reduce_batch == 1  # the measured default stays per-row
     assert any(c.reduce_batch > 1 for c in g.SWEEP_CONFIGS)
     for n in (5, 7):
-        # dsmem_merge only changes split launches (the sweep's split rows carry it)
-        defaults = {
-            dataclasses.replace(dc.select_tile_config(h, n, cap), dsmem_merge=False)
-            for h in (64, 16)
-            for cap in ((9, 0), (12, 0))
-        }
+        defaults = {dc.select_tile_config(h, n, cap) for h in (64, 16) for cap in ((9, 0), (12, 0))}
         assert defaults <= set(g.SWEEP_CONFIGS), "the sweep times the defaults it is compared with"
     for cfg in g.SWEEP_CONFIGS:  # the sweep runs at N = 5
         assert dc.tile_rule_violations(cfg, 5) == [], cfg

@@ -104,7 +104,9 @@ class TileConfig:
     # two CTA barriers per 16-byte copy (18 a 64-token tile)
     global_slots: bool = False
     # plain kernel, kv_splits > 1: the split CTAs' partial states merged
-    # through distributed shared memory instead of L2 scratch
+    # through distributed shared memory instead of L2 scratch; correct on the
+    # H200 but no faster there (run 18: moving the states costs the same), so
+    # off by default; fits N = 5 only (dsmem_merge_smem_bytes)
     dsmem_merge: bool = False
 
 
@@ -265,8 +267,7 @@ def select_tile_config(
     elif capability[0] == 9:
         # rows padded to 64 so both GEMMs lower to wgmma; the warp-specialised
         # kernel (warp_specialized_config) measured slower on the H200; Q by
-        # cp.async ahead of the index reads was 0-5 % faster there; split
-        # launches merge through distributed shared memory (run 18)
+        # cp.async ahead of the index reads was 0-5 % faster there
         cfg = TileConfig(
             heads_per_cta=8,
             block_kv=64,
@@ -274,7 +275,6 @@ def select_tile_config(
             num_stages=1,
             row_tile=64,
             q_async=True,
-            dsmem_merge=True,
         )
         budget = SM90_SMEM_BYTES
     else:
@@ -294,9 +294,6 @@ def select_tile_config(
         raise ValueError(
             f"no tile for num_queries={num_queries} fits {budget} B of shared memory"
         )
-    if cfg.dsmem_merge and dsmem_merge_smem_bytes(num_queries, cfg) > budget:
-        # long drafts (56 rows at N = 7): the split merges through L2
-        cfg = replace(cfg, dsmem_merge=False)
     return cfg
 
 

@@ -387,9 +387,8 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
         for h in (64, 32, 16, 8):
             for n in (5, 7):
                 cfg = dc.select_tile_config(h, n, cap)
-                # and the KV split small batches pick (kv_splits_for)
-                split = dc.split_kv_splits(cfg, width_for(n), cap)
-                keys += [compile_key(h, n, replace(cfg, kv_splits=s)) for s in sorted({1, split})]
+                # and the KV splits small batches pick (launch_tile)
+                keys += [compile_key(h, n, c) for c in (cfg, *dc.split_tiles(cfg, width_for(n), cap))]
         if cap[0] != 12:
             for h, n in ((64, 5), (8, 7), (16, 5)):
                 keys.append(compile_key(h, n, dc.select_tile_config(h, n, (12, 0))))
@@ -648,9 +647,14 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             row["pct_of_floor_graph_cold"] = 100.0 * row["floor_us"] / g1
             cap = torch.cuda.get_device_capability(0)
             cfg = dc.select_tile_config(h, 5, cap)
-            row["kv_splits"] = dc.kv_splits_for(
-                cfg, r, h, b.width, dk._sm_count(b.q.device), cap
-            )
+            launch = dc.launch_tile(cfg, r, h, b.width, dk._sm_count(b.q.device), cap)
+            row["kv_splits"], row["heads_per_cta"] = launch.kv_splits, launch.heads_per_cta
+            if launch.heads_per_cta != cfg.heads_per_cta:
+                # the same split with the unsplit tile's heads a CTA (the rule before run 21)
+                wide = replace(cfg, kv_splits=launch.kv_splits)
+                wide_fn = lambda b=b, out=out, c=wide: run_kernel(b, out, tile=c)  # noqa: E731
+                wide_fn()
+                row["tilelang_split_wide_graph_cold_1layer_us"] = cold_graph_us([wide_fn])
             if row["kv_splits"] > 1:
                 # the same kernel unsplit (one CTA a head group), timed in the same run
                 one_cta = replace(cfg, kv_splits=1)

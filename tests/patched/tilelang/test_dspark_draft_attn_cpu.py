@@ -205,10 +205,12 @@ def test_compile_keys(kernel_module):
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
     page = dc.fp8_ds_mla_page_bytes(64)
     kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
-    # SM90: the unsplit key and the split one small batches pick (192 slots = 3 tiles)
-    k90, k90_3 = owner.get_warmup_keys(**kw, capability=(9, 0))
-    assert (k90.kv_splits, k90_3.kv_splits) == (1, 3)
+    # SM90: the unsplit key and the split ones small batches pick (192 slots = 3 tiles; 4 heads
+    # a CTA where those CTAs fit the SMs, else the unsplit tile's 8)
+    k90, k90_3n, k90_3 = owner.get_warmup_keys(**kw, capability=(9, 0))
+    assert (k90.kv_splits, k90_3n.kv_splits, k90_3.kv_splits) == (1, 3, 3)
     assert k90_3 == dataclasses.replace(k90, kv_splits=3)
+    assert k90_3n == dataclasses.replace(k90, kv_splits=3, heads_per_cta=dc.SPLIT_HEADS_PER_CTA)
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))  # SM12x never splits
     assert k120.kv_splits == 1
     assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 1)
@@ -362,6 +364,21 @@ def test_kv_splits_for_small_batches_only():
     assert dc.tile_rule_violations(ws, 5)
 
 
+def test_launch_tile_narrows_split_groups_while_they_fit():
+    """Split launches take 4 heads a CTA (less partial state to merge) while all CTAs get an SM,
+    then the unsplit tile's 8, then no split; the unsplit launch keeps the measured default."""
+    cfg = dc.select_tile_config(64, 5, (9, 0))
+    got = {r: dc.launch_tile(cfg, r, 64, 192, 132, (9, 0)) for r in (1, 2, 3, 5, 6, 64)}
+    assert {r: (t.heads_per_cta, t.kv_splits) for r, t in got.items()} == {
+        1: (4, 3), 2: (4, 3), 3: (8, 3), 5: (8, 3), 6: (8, 1), 64: (8, 1)
+    }
+    assert got[64] == cfg
+    assert dc.launch_tile(cfg, 8, 16, 192, 132, (9, 0)).heads_per_cta == 4  # 96 CTAs
+    assert dc.launch_tile(dc.select_tile_config(64, 5, (12, 0)), 1, 64, 192, 188, (12, 0)).kv_splits == 1
+    for t in dc.split_tiles(cfg, 192, (9, 0)):
+        assert dc.tile_rule_violations(t, 5) == [] and dc.tile_rule_violations(t, 7) == []
+
+
 def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatch):
     """The public wrapper picks kv_splits per batch and hands the kernel views of one per-device
     scratch (so the launch is graph-capturable), never growing it inside a capture. The launch
@@ -391,11 +408,12 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
         )  # fmt: skip
         return launches[-1]
 
-    one = launch(1)
-    assert one["compile_key"].kv_splits == 3 and one["part_o"].shape == (24, 64, 512)
-    assert one["part_ml"].shape == (24, 2, 64)
-    five = launch(5)
-    assert five["compile_key"].kv_splits == 3 and five["part_o"].shape == (120, 64, 512)
+    one = launch(1)  # 16 groups of 4 heads x 3 splits
+    assert one["compile_key"].kv_splits == 3 and one["compile_key"].heads_per_cta == 4
+    assert one["part_o"].shape == (48, 64, 512) and one["part_ml"].shape == (48, 2, 64)
+    five = launch(5)  # 240 CTAs of 4 heads would not fit: 8 heads a CTA
+    assert five["compile_key"].kv_splits == 3 and five["compile_key"].heads_per_cta == 8
+    assert five["part_o"].shape == (120, 64, 512)
     assert five["part_o"].data_ptr() == one["part_o"].data_ptr()  # one scratch, reused
     unsplit = launch(6)
     assert unsplit["compile_key"].kv_splits == 1  # 144 CTAs would not fit 132 SMs

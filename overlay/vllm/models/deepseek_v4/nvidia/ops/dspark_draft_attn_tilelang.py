@@ -49,10 +49,10 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     TileConfig,
     cta_queries,
     dspark_index_width,
-    kv_splits_for,
+    launch_tile,
     padded_rows,
     select_tile_config,
-    split_kv_splits,
+    split_tiles,
 )
 from vllm.tilelang_utils import T, tilelang_jit
 
@@ -1106,11 +1106,10 @@ class DSparkDraftAttnTileLangKernel(
         scale: float,
         capability: tuple[int, int],
     ) -> list[CompileKey]:
-        # The unsplit key and, on SM90, the split one small batches pick
-        # (kv_splits_for: 1 or one CTA a tile).
+        # The unsplit key and, on SM90, the split ones small batches pick
+        # (launch_tile: one CTA a tile, 4 heads a CTA where that fits).
         width = dspark_index_width(window_size, num_queries)
         cfg = select_tile_config(num_heads, num_queries, capability)
-        split = split_kv_splits(cfg, width, capability)
         return [
             self.dispatch(
                 num_heads=num_heads,
@@ -1120,9 +1119,9 @@ class DSparkDraftAttnTileLangKernel(
                 page_bytes=page_bytes,
                 scale=scale,
                 capability=capability,
-                tile=replace(cfg, kv_splits=splits),
+                tile=tile,
             )
-            for splits in sorted({1, split})
+            for tile in [cfg, *split_tiles(cfg, width, capability)]
         ]
 
     def warmup_inputs(self, compile_key: CompileKey) -> dict[str, Any]:
@@ -1310,7 +1309,7 @@ def dspark_draft_attention(
     out); swa_cache: [num_blocks, ...] paged fp8_ds_mla bytes with page stride
     ``page_bytes``; indices: [T, 1, width] or [T, width] int32 global slots,
     -1 padded; lens: [T] int32; attn_sink: [H] fp32. tile: a CTA shape instead
-    of select_tile_config's and kv_splits_for's (benchmarks and checks).
+    of select_tile_config's and launch_tile's (benchmarks and checks).
     """
     num_tokens, num_heads, head_dim = q.shape
     if head_dim != HEAD_DIM:
@@ -1325,17 +1324,14 @@ def dspark_draft_attention(
     num_reqs = num_tokens // num_queries
     if num_reqs == 0:
         return out
+    unsplit = tile or select_tile_config(num_heads, num_queries, tuple(capability))
     if tile is None:
-        tile = select_tile_config(num_heads, num_queries, tuple(capability))
-        tile = replace(
-            tile,
-            kv_splits=kv_splits_for(
-                tile, num_reqs, num_heads, width, _sm_count(q.device), capability
-            ),
+        tile = launch_tile(
+            unsplit, num_reqs, num_heads, width, _sm_count(q.device), tuple(capability)
         )
     scratch = launch_scratch(q.device, num_reqs, num_heads, num_queries, tile)
     if scratch is None:  # first split launch inside a capture: do not split
-        tile = replace(tile, kv_splits=1)
+        tile = replace(unsplit, kv_splits=1)
         scratch = launch_scratch(q.device, num_reqs, num_heads, num_queries, tile)
         assert scratch is not None
     key = _DSPARK_DRAFT_ATTN_TILELANG_KERNEL.dispatch(

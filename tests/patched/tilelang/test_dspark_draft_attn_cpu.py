@@ -365,15 +365,17 @@ def test_kv_splits_for_small_batches_only():
 
 
 def test_launch_tile_narrows_split_groups_while_they_fit():
-    """Split launches take 4 heads a CTA (less partial state to merge) while all CTAs get an SM,
-    then the unsplit tile's 8, then no split; the unsplit launch keeps the measured default."""
+    """Split launches take 4 heads a CTA (less partial state to merge) while those CTAs fill at
+    most half the SMs (measured faster at 48, slower at 96 on the H200), then the unsplit tile's
+    8 while every CTA gets an SM, then no split; the unsplit launch keeps the default tile."""
     cfg = dc.select_tile_config(64, 5, (9, 0))
     got = {r: dc.launch_tile(cfg, r, 64, 192, 132, (9, 0)) for r in (1, 2, 3, 5, 6, 64)}
     assert {r: (t.heads_per_cta, t.kv_splits) for r, t in got.items()} == {
-        1: (4, 3), 2: (4, 3), 3: (8, 3), 5: (8, 3), 6: (8, 1), 64: (8, 1)
+        1: (4, 3), 2: (8, 3), 3: (8, 3), 5: (8, 3), 6: (8, 1), 64: (8, 1)
     }
     assert got[64] == cfg
-    assert dc.launch_tile(cfg, 8, 16, 192, 132, (9, 0)).heads_per_cta == 4  # 96 CTAs
+    assert dc.launch_tile(cfg, 1, 16, 192, 132, (9, 0)).heads_per_cta == 4  # 12 CTAs
+    assert dc.launch_tile(cfg, 8, 16, 192, 132, (9, 0)).heads_per_cta == 8  # 4 heads: 96 CTAs
     assert dc.launch_tile(dc.select_tile_config(64, 5, (12, 0)), 1, 64, 192, 188, (12, 0)).kv_splits == 1
     for t in dc.split_tiles(cfg, 192, (9, 0)):
         assert dc.tile_rule_violations(t, 5) == [] and dc.tile_rule_violations(t, 7) == []

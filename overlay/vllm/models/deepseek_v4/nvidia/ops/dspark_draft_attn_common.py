@@ -332,8 +332,9 @@ def kv_splits_for(
 
 # Heads a CTA of a split launch: the merge moves every CTA's live rows of
 # fp32 partial output, so narrower groups (rows still padded to 64 for
-# wgmma) merge faster. H200 run 20: R = 1, 64 heads 16.4 -> 14.6 us, 16 heads
-# 16.5 -> 14.4 us; R = 8, 16 heads 16.9 -> 17.2 us (within 2 %).
+# wgmma) merge faster while the GPU is nearly empty. H200 run 21: R = 1,
+# 64 heads 16.7 -> 14.8 us (48 CTAs), 16 heads 16.6 -> 14.3 us; but R = 8,
+# 16 heads (96 CTAs) 16.8 -> 17.5 us, so only up to half the SMs.
 SPLIT_HEADS_PER_CTA = 4
 
 
@@ -361,9 +362,14 @@ def launch_tile(
     sm_count: int,
     capability: tuple[int, int],
 ) -> TileConfig:
-    """The tile of one launch: the first of split_tiles whose CTAs all get an
-    SM (kv_splits_for), else cfg unsplit."""
-    for tile in split_tiles(cfg, width, capability):
+    """The tile of one launch: a split one (kv_splits_for) where the GPU is
+    nearly empty, narrowed to SPLIT_HEADS_PER_CTA heads a CTA while those
+    CTAs fill at most half the SMs; else cfg unsplit."""
+    narrow, *wide = split_tiles(cfg, width, capability) or [cfg]
+    ctas = num_reqs * (num_heads // narrow.heads_per_cta) * narrow.kv_splits
+    if wide and 2 * ctas <= sm_count:
+        return narrow
+    for tile in wide or [narrow]:
         if kv_splits_for(tile, num_reqs, num_heads, width, sm_count, capability) > 1:
             return tile
     return replace(cfg, kv_splits=1)

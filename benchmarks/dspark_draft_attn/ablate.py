@@ -101,21 +101,33 @@ def variant_source(name: str) -> str:
         src = "".join("".join(lines[m.lineno - 2 : m.end_lineno]) + "\n\n" for m in macros)
         src += "".join(lines[fn.lineno - 1 : fn.end_lineno])
         return _edit(name, src).replace("def dspark_draft_attn_ws_tilelang(", f"def ablate_{name}(", 1)
-    fn = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
-    src = "".join(lines[fn.lineno - 1 : fn.end_lineno])  # without the decorator line
-    return _edit(name, src).replace("def dspark_draft_attn_tilelang(", f"def ablate_{name}(", 1)
+    return _edit(name, plain_kernel_source()).replace("def dspark_draft_attn_tilelang(", f"def ablate_{name}(", 1)
 
 
-def jit_variant(name: str):
+def plain_kernel_source() -> str:
+    """The plain kernel function's source, without its decorator line."""
+    text = _kernel_text()
+    fn = next(n for n in ast.parse(text).body
+              if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
+    return "".join(text.splitlines(keepends=True)[fn.lineno - 1 : fn.end_lineno])
+
+
+def jit_source(src: str, fn_name: str):
+    """tilelang.jit (vLLM's pass configs) of function fn_name defined by src, in the kernel
+    module's namespace."""
     import tilelang
     from vllm.tilelang_utils import _get_pass_configs
 
     # TileLang parses the function from its source file: give the variant a real one
-    path = Path(tempfile.gettempdir()) / f"dspark_draft_attn_ablate_{name}.py"
-    path.write_text(variant_source(name))
+    path = Path(tempfile.gettempdir()) / f"dspark_draft_attn_{fn_name}.py"
+    path.write_text(src)
     ns = dict(vars(g.dk))
-    exec(compile(path.read_text(), str(path), "exec"), ns)
-    return tilelang.jit(pass_configs=_get_pass_configs())(ns[f"ablate_{name}"])
+    exec(compile(src, str(path), "exec"), ns)
+    return tilelang.jit(pass_configs=_get_pass_configs())(ns[fn_name])
+
+
+def jit_variant(name: str):
+    return jit_source(variant_source(name), f"ablate_{name}")
 
 
 def args_for(b: g.Batch, out, cfg) -> tuple:

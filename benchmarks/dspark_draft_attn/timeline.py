@@ -20,14 +20,13 @@ so the total is a little above the unstamped kernel's: read the phases, not the 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.dspark_draft_attn import ablate
 from benchmarks.dspark_draft_attn import draft_attn_gpu as g
 
 MAX_TILES = 3  # width 192 / 64-token tiles
@@ -83,11 +82,7 @@ def _edits() -> list[tuple[str, str]]:
 
 def stamped_source() -> str:
     """The plain kernel function with a `stamps` argument and the stamps inserted."""
-    text = Path(g.dc.__file__).with_name("dspark_draft_attn_tilelang.py").read_text()
-    lines = text.splitlines(keepends=True)
-    fn = next(n for n in ast.parse(text).body
-              if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
-    src = "".join(lines[fn.lineno - 1 : fn.end_lineno])  # without the decorator
+    src = ablate.plain_kernel_source()
     for anchor, stamp in _edits():
         if src.count(anchor) != 1:
             raise ValueError(f"timeline: anchor {anchor!r} occurs {src.count(anchor)} times in the kernel")
@@ -107,21 +102,12 @@ def stamped_source() -> str:
 
 
 def jit_stamped():
-    import tilelang
-    from vllm.tilelang_utils import _get_pass_configs
-
-    path = Path(tempfile.gettempdir()) / "dspark_draft_attn_timeline.py"
-    path.write_text(stamped_source())
-    ns = dict(vars(g.dk))
-    exec(compile(path.read_text(), str(path), "exec"), ns)
-    return tilelang.jit(pass_configs=_get_pass_configs())(ns["timeline_dspark_draft_attn"])
+    return ablate.jit_source(stamped_source(), "timeline_dspark_draft_attn")
 
 
 def stamped_args(b: g.Batch, out, cfg, stamps) -> tuple:
     """The kernel's launch arguments (as its owner lays them out) with stamps after part_ml."""
-    from benchmarks.dspark_draft_attn.ablate import args_for
-
-    args = list(args_for(b, out, cfg))
+    args = list(ablate.args_for(b, out, cfg))
     part_ml_at = 9  # q, kv_fp8, kv_i64, kv_bf16, indices, lens, attn_sink, out, part_o, part_ml
     return (*args[: part_ml_at + 1], stamps, *args[part_ml_at + 1 :])
 

@@ -177,11 +177,9 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append(f"reduce_batch {cfg.reduce_batch} does not divide a thread's rows")
     if not 1 <= cfg.kv_splits <= MAX_KV_SPLITS:
         bad.append(f"kv_splits {cfg.kv_splits} is not a cluster size in 1..8")
-    if cfg.dsmem_merge and dsmem_merge_smem_bytes(num_queries, cfg) > SM90_SMEM_BYTES:
-        bad.append(
-            f"dsmem_merge needs {dsmem_merge_smem_bytes(num_queries, cfg)} B of "
-            "shared memory"
-        )
+    merge_bytes = dsmem_merge_smem_bytes(num_queries, cfg)
+    if cfg.dsmem_merge and merge_bytes > SM90_SMEM_BYTES:
+        bad.append(f"dsmem_merge needs {merge_bytes} B of shared memory")
     return bad
 
 
@@ -365,13 +363,18 @@ def launch_tile(
     """The tile of one launch: a split one (kv_splits_for) where the GPU is
     nearly empty, narrowed to SPLIT_HEADS_PER_CTA heads a CTA while those
     CTAs fill at most half the SMs; else cfg unsplit."""
-    narrow, *wide = split_tiles(cfg, width, capability) or [cfg]
-    ctas = num_reqs * (num_heads // narrow.heads_per_cta) * narrow.kv_splits
-    if wide and 2 * ctas <= sm_count:
-        return narrow
-    for tile in wide or [narrow]:
-        if kv_splits_for(tile, num_reqs, num_heads, width, sm_count, capability) > 1:
-            return tile
+    tiles = split_tiles(cfg, width, capability)
+    if len(tiles) > 1:
+        narrow = tiles[0]
+        ctas = num_reqs * (num_heads // narrow.heads_per_cta) * narrow.kv_splits
+        if 2 * ctas <= sm_count:
+            return narrow
+    if (
+        tiles
+        and kv_splits_for(tiles[-1], num_reqs, num_heads, width, sm_count, capability)
+        > 1
+    ):
+        return tiles[-1]
     return replace(cfg, kv_splits=1)
 
 

@@ -74,7 +74,7 @@ def _edits() -> list[tuple[str, str]]:
         (f"{i8}if kv_splits == 1:\n{i12}# Fold the sink", _stamp(i8, str(AFTER["loop_done"]))),
         # the split's merge through L2 scratch, then through distributed shared memory
         (f"{i12}T.sync_threads()\n{i12}T.cluster_sync()\n", _stamp(i12, str(AFTER["partials_stored"]))),
-        (f"{i12}_merge_splits(\n", _stamp(i12, str(AFTER["cluster_synced"]))),
+        (f"{i12}if fused_merge:\n", _stamp(i12, str(AFTER["cluster_synced"]))),
         (f"{i12}# every CTA is past its loop", _stamp(i12, str(AFTER["partials_stored"]))),
         (f"{i12}# no CTA exits before the copies", _stamp(i12, str(AFTER["cluster_synced"]))),
     ]
@@ -146,14 +146,20 @@ def summarise(stamps) -> dict[str, Any]:
 
 
 def cases() -> list[tuple[int, int, Any]]:
-    """(R, heads, tile): unsplit at R = 1 and 256, split at small R with the merge through L2
-    scratch and through distributed shared memory, the latter with 8, 4 and 2 heads a CTA."""
+    """(R, heads, tile): unsplit at R = 1 and 256, split over 3 CTAs with 4 heads a CTA at
+    small R (the merge through L2 scratch), each without and with the index rows read with Q
+    and the lens (early_gather) and, split, the one-pass merge (fused_merge). Runs 18-20 had
+    the dsmem_merge and 8 / 2 heads cases."""
     sm90 = g.dc.select_tile_config(64, 5, (9, 0))
-    unsplit = [(r, h, g.replace(sm90, kv_splits=1)) for r, h in ((1, 64), (256, 16))]
+    unsplit = [
+        (r, h, g.replace(sm90, kv_splits=1, early_gather=eg))
+        for r, h in ((1, 64), (256, 16))
+        for eg in (False, True)
+    ]
     return unsplit + [
-        (r, h, g.replace(sm90, kv_splits=3, dsmem_merge=dsmem, heads_per_cta=hpc))
+        (r, h, g.replace(sm90, kv_splits=3, heads_per_cta=4, early_gather=new, fused_merge=new))
         for r, h in ((1, 64), (8, 16))
-        for dsmem, hpc in ((False, 8), (True, 8), (True, 4), (True, 2))
+        for new in (False, True)
     ]
 
 
@@ -185,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for r, h, cfg in cases():
         row: dict[str, Any] = dict(R=r, H=h, heads_per_cta=cfg.heads_per_cta, kv_splits=cfg.kv_splits,
-                                   dsmem_merge=cfg.dsmem_merge)
+                                   dsmem_merge=cfg.dsmem_merge, early_gather=cfg.early_gather,
+                                   fused_merge=cfg.fused_merge)
         try:
             b = g.plain_batch(r, h, 7000 + r + h)
             out = torch.empty_like(b.q)

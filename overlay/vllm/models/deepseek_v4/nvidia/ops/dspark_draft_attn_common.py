@@ -108,6 +108,12 @@ class TileConfig:
     # H200 but no faster there (run 18: moving the states costs the same), so
     # off by default; fits N = 5 only (dsmem_merge_smem_bytes)
     dsmem_merge: bool = False
+    # plain kernel only: all N index rows read with Q and the lengths (one
+    # DRAM round trip), the row to gather with picked after in shared memory
+    early_gather: bool = False
+    # plain kernel, kv_splits > 1, L2 merge: one pass, each output element
+    # recomputing its row's factors, instead of three with CTA barriers
+    fused_merge: bool = False
 
 
 def cta_queries(num_queries: int, cfg: TileConfig) -> int:
@@ -210,8 +216,13 @@ def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
 def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
     if cfg.warp_specialized:
         return ws_smem_bytes(cfg.block_kv, cfg.num_stages)
-    return smem_bytes(
-        num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile
+    # early_gather keeps every query's index row, not one
+    index_rows = num_queries - 1 if cfg.early_gather else 0
+    return (
+        smem_bytes(
+            num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile
+        )
+        + 4 * 256 * index_rows
     )
 
 

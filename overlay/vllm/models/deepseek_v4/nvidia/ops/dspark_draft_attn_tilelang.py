@@ -85,6 +85,8 @@ def dspark_draft_attn_tilelang(
     q_async: bool = False,
     global_slots: bool = False,
     dsmem_merge: bool = False,
+    early_gather: bool = False,
+    fused_merge: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -101,6 +103,11 @@ def dspark_draft_attn_tilelang(
     dsmem_merge: the partial states go to the merging CTA's shared memory
     instead (one bulk async copy per pair of CTAs, an mbarrier counting the
     bytes), so no L2 round trip and no store drain at the cluster barrier.
+    fused_merge: the L2 merge in one pass, each output element computing its
+    row's factors from the partial max / sum itself (one L2 round trip, no
+    CTA barrier), instead of three passes through shared memory.
+    early_gather: every query's index row is read with Q and the lengths
+    (one DRAM round trip), the gather's row picked in shared memory after.
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
@@ -144,7 +151,8 @@ def dspark_draft_attn_tilelang(
         p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
         # the request's whole index row, read once: every tile's gather
         # addresses then come from shared memory, not a dependent global load
-        idx_s = T.alloc_shared([width], T.int32)
+        # (early_gather: all N rows, the pick among them comes after)
+        idx_s = T.alloc_shared([num_queries if early_gather else 1, width], T.int32)
         fp8_s = T.alloc_shared([block_kv, NOPE_DIM], T.float8_e4m3fn)
         # A token's 8 scale bytes as one word: one 8-byte async copy per token.
         scale_s = T.alloc_shared([block_kv], T.int64)
@@ -175,6 +183,10 @@ def dspark_draft_attn_tilelang(
             if rows < m_pad:
                 for m, d in T.Parallel(m_pad - rows, HEAD_DIM):
                     q_s[rows + m, d] = T.cast(0, T.bfloat16)
+        if early_gather:
+            # the index rows fly with Q and the lens reads below, instead of
+            # after them (the row to gather with depends on the lens)
+            T.async_copy(indices[rid, :, :], idx_s)
 
         # All N rows of a request carry the same list (the DSpark index
         # kernel writes one row per request); gather with the longest one.
@@ -185,8 +197,14 @@ def dspark_draft_attn_tilelang(
                 max_len = lens[rid, n]
                 src_row = n
         live_len = T.min(max_len, width)
-        for j in T.Parallel(width):
-            idx_s[j] = indices[rid, src_row, j]
+        # the shared index row the gathers read: src_row of all N, or the one
+        idx_row = src_row if early_gather else 0
+        if early_gather:
+            T.ptx_wait_group(0)
+            T.sync_threads()
+        else:
+            for j in T.Parallel(width):
+                idx_s[0, j] = indices[rid, src_row, j]
 
         # Row m of the CTA is query m // heads_per_cta, head m % heads_per_cta.
         if not q_async:
@@ -208,7 +226,7 @@ def dspark_draft_attn_tilelang(
         T.fill(acc_o, 0)
         T.fill(l_i, 0)
         T.fill(m_i, _NEG_LARGE)
-        if q_async:
+        if q_async and not early_gather:
             T.ptx_wait_group(0)
             T.sync_threads()
 
@@ -229,6 +247,7 @@ def dspark_draft_attn_tilelang(
             for j, d in T.Parallel(block_kv, NOPE_DIM):
                 live_slot = _gather_slot(
                     idx_s,
+                    idx_row,
                     indices,
                     rid,
                     src_row,
@@ -243,6 +262,7 @@ def dspark_draft_attn_tilelang(
             for j in T.Parallel(block_kv):
                 live_slot = _gather_slot(
                     idx_s,
+                    idx_row,
                     indices,
                     rid,
                     src_row,
@@ -256,6 +276,7 @@ def dspark_draft_attn_tilelang(
             for j, d in T.Parallel(block_kv, ROPE_DIM):
                 live_slot = _gather_slot(
                     idx_s,
+                    idx_row,
                     indices,
                     rid,
                     src_row,
@@ -269,7 +290,7 @@ def dspark_draft_attn_tilelang(
                 ]
             for j in T.Parallel(block_kv):
                 pos = t * block_kv + j
-                live_s[j] = (pos < live_len) & (idx_s[pos] >= 0)
+                live_s[j] = (pos < live_len) & (idx_s[idx_row, pos] >= 0)
             # 2^(byte - 127) once per (token, 64-dim block), not per element.
             for j, c in T.Parallel(block_kv, SCALE_BYTES_PER_TOKEN):
                 scale_f[j, c] = T.exp2(
@@ -400,23 +421,29 @@ def dspark_draft_attn_tilelang(
                 part_ml[part + split, 1, m] = l_i[m]
             T.sync_threads()
             T.cluster_sync()
-            row_max = T.alloc_shared([merge_rows], T.float32)
-            row_norm = T.alloc_shared([merge_rows], T.float32)
-            row_fac = T.alloc_shared([merge_rows, kv_splits], T.float32)
-            _merge_splits(
-                part_o, part_ml, attn_sink, len_s, out, row_max, row_norm,
-                row_fac, rid, gid, split, part, heads_per_cta, rows, merge_rows,
-                kv_splits, scale_log2,
-            )  # fmt: skip
+            if fused_merge:
+                _merge_splits_fused(
+                    part_o, part_ml, attn_sink, len_s, out, rid, gid, split,
+                    part, heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
+                )  # fmt: skip
+            else:
+                row_max = T.alloc_shared([merge_rows], T.float32)
+                row_norm = T.alloc_shared([merge_rows], T.float32)
+                row_fac = T.alloc_shared([merge_rows, kv_splits], T.float32)
+                _merge_splits(
+                    part_o, part_ml, attn_sink, len_s, out, row_max, row_norm,
+                    row_fac, rid, gid, split, part, heads_per_cta, rows,
+                    merge_rows, kv_splits, scale_log2,
+                )  # fmt: skip
 
 
-def _gather_slot(idx_s, indices, rid, src_row, pos, live_len, global_slots):
+def _gather_slot(idx_s, idx_row, indices, rid, src_row, pos, live_len, global_slots):
     """Cache slot of index position pos for a gather (slot 0 past the live
     length or for a -1 entry; the live mask zeroes those). global_slots: read
     it from the index tensor (an L1 hit after the row's first read) rather than
     the shared copy, whose reads TileLang fences with two CTA barriers around
     each of a thread's 16-byte cp.async copies."""
-    slot = indices[rid, src_row, pos] if global_slots else idx_s[pos]
+    slot = indices[rid, src_row, pos] if global_slots else idx_s[idx_row, pos]
     return T.if_then_else(pos < live_len, T.max(slot, 0), 0)
 
 
@@ -446,6 +473,46 @@ def _weighted_sum(part_o, row_fac, part, m, i, d, kv_splits):
     return total
 
 
+def _rescaled_sum(part_o, part_ml, part, m, d, top, kv_splits, scale_log2):
+    total = part_o[part, m, d] * T.exp2((part_ml[part, 0, m] - top) * scale_log2)
+    for s in range(1, kv_splits):
+        total += part_o[part + s, m, d] * T.exp2(
+            (part_ml[part + s, 0, m] - top) * scale_log2
+        )
+    return total
+
+
+def _sink_norm(attn_sink, live, h, top, l_sum, scale_log2):
+    """1 / denominator of a merged row, the sink folded in around
+    max(max, sink) as the unsplit kernel does; 0 for an empty row."""
+    sink_log2 = attn_sink[h] * LOG2E
+    m_log2 = top * scale_log2
+    peak = T.max(m_log2, sink_log2)
+    corr = T.exp2(m_log2 - peak)
+    denom = l_sum * corr + T.exp2(sink_log2 - peak)
+    return T.if_then_else(live & (l_sum > 0), corr / denom, 0.0)
+
+
+@T.macro
+def _merge_splits_fused(
+    part_o, part_ml, attn_sink, len_s, out, rid, gid, split, part,
+    heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
+):  # fmt: skip
+    """_merge_splits in one pass: every output element recomputes its row's
+    common max, sum and sink factor from part_ml (a few exp2 more, but one L2
+    round trip and no CTA barrier instead of three passes)."""
+    r0 = split * merge_rows
+    for i, d in T.Parallel(merge_rows, HEAD_DIM):
+        if r0 + i < rows:
+            m = r0 + i
+            top = _max_over_splits(part_ml, part, m, kv_splits)
+            l_sum = _sum_over_splits(part_ml, part, m, top, kv_splits, scale_log2)
+            h = gid * heads_per_cta + m % heads_per_cta
+            norm = _sink_norm(attn_sink, len_s[m] > 0, h, top, l_sum, scale_log2)
+            o = _rescaled_sum(part_o, part_ml, part, m, d, top, kv_splits, scale_log2)
+            out[rid, m // heads_per_cta, h, d] = T.cast(o * norm, T.bfloat16)
+
+
 @T.macro
 def _merge_splits(
     part_o, part_ml, attn_sink, len_s, out, row_max, row_norm, row_fac, rid,
@@ -460,12 +527,10 @@ def _merge_splits(
     for i in T.Parallel(merge_rows):
         m = T.min(r0 + i, rows - 1)
         l_sum = _sum_over_splits(part_ml, part, m, row_max[i], kv_splits, scale_log2)
-        sink_log2 = attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
-        m_log2 = row_max[i] * scale_log2
-        top = T.max(m_log2, sink_log2)
-        corr = T.exp2(m_log2 - top)
-        denom = l_sum * corr + T.exp2(sink_log2 - top)
-        row_norm[i] = T.if_then_else((len_s[m] > 0) & (l_sum > 0), corr / denom, 0.0)
+        row_norm[i] = _sink_norm(
+            attn_sink, len_s[m] > 0, gid * heads_per_cta + m % heads_per_cta,
+            row_max[i], l_sum, scale_log2,
+        )  # fmt: skip
     for i, s in T.Parallel(merge_rows, kv_splits):
         row_fac[i, s] = (
             T.exp2(
@@ -1048,6 +1113,8 @@ class DSparkDraftAttnTileLangKernel(
         q_async: bool
         global_slots: bool
         dsmem_merge: bool
+        early_gather: bool
+        fused_merge: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -1093,6 +1160,8 @@ class DSparkDraftAttnTileLangKernel(
             q_async=cfg.q_async,
             global_slots=cfg.global_slots,
             dsmem_merge=cfg.dsmem_merge,
+            early_gather=cfg.early_gather,
+            fused_merge=cfg.fused_merge,
         )
 
     def get_warmup_keys(
@@ -1195,6 +1264,8 @@ class DSparkDraftAttnTileLangKernel(
             key.q_async,
             key.global_slots,
             key.dsmem_merge,
+            key.early_gather,
+            key.fused_merge,
         )
 
 

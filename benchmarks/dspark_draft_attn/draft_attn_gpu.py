@@ -353,6 +353,10 @@ SWEEP_CONFIGS = tuple(
         (8, 64, 1, dict(early_gather=True)),
         (8, 64, 3, dict(early_gather=True, fused_merge=True)),
         (4, 32, 6, dict(early_gather=True, fused_merge=True)),
+        # run 23 had 30 at 11.5 us (R = 1, 16 heads) despite fused_merge's cost: 32-token
+        # tiles with 6 splits and narrow head groups, the L2 merge as the default has it
+        (4, 32, 6, dict()),
+        (2, 32, 6, dict()),
     )
 )
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))
@@ -715,11 +719,11 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
     return dict(rows=rows, floor_bandwidth_Bps=HBM_BYTES_PER_S)
 
 
-def sweep(on_row=None, configs=SWEEP_CONFIGS) -> dict[str, Any]:
+def sweep(on_row=None, configs=SWEEP_CONFIGS, sizes=SWEEP_SIZES) -> dict[str, Any]:
     """Every SWEEP_CONFIGS shape per (R, heads), N=5, cold L2 in a CUDA graph (device time:
     do_bench's host launch cost hid the differences at small R), each checked first."""
     rows = []
-    for r, h in SWEEP_SIZES:
+    for r, h in sizes:
         b = plain_batch(r, h, 3000 + r + h)
         ref = reference(b)
         row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), configs=[])
@@ -784,6 +788,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--quick", action="store_true", help="smaller matrix, no sweep")
     ap.add_argument("--configs", help="sweep only these SWEEP_CONFIGS indices (comma-separated)")
+    ap.add_argument("--sizes", help="sweep only these RxH sizes (e.g. 1x64,8x16), default all of SWEEP_SIZES")
     ap.add_argument("--ws", action="store_true",
                     help="also check and time the warp-specialised SM90 kernel (not the default)")
     ap.add_argument("--compile-procs", type=int, default=min(16, os.cpu_count() or 1),
@@ -793,6 +798,12 @@ def main(argv: list[str] | None = None) -> int:
         configs = tuple(SWEEP_CONFIGS[int(i)] for i in a.configs.split(",")) if a.configs else SWEEP_CONFIGS
     except (ValueError, IndexError):
         ap.error(f"--configs {a.configs!r}: comma-separated indices 0-{len(SWEEP_CONFIGS) - 1} of SWEEP_CONFIGS")
+    try:
+        sizes = tuple(tuple(map(int, s.split("x"))) for s in a.sizes.split(",")) if a.sizes else SWEEP_SIZES
+        if any(len(s) != 2 or s[0] < 1 or s[1] % 8 for s in sizes):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--sizes {a.sizes!r}: comma-separated RxH, R >= 1, H a multiple of 8 (e.g. 1x64,8x16)")
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
@@ -857,7 +868,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         save()
     if a.what == "sweep" or (a.what == "all" and not a.quick):
-        rep["sweep"] = sweep(on_row=lambda rows: (rep.update(sweep=dict(rows=rows)), save()), configs=configs)
+        rep["sweep"] = sweep(on_row=lambda rows: (rep.update(sweep=dict(rows=rows)), save()), configs=configs, sizes=sizes)
         for row in rep["sweep"]["rows"]:
             print(f"R={row['R']:4d} H={row['H']:2d}  floor {row['floor_us']:6.1f} us  best {row.get('best')}")
     save()

@@ -146,20 +146,15 @@ def summarise(stamps) -> dict[str, Any]:
 
 
 def cases() -> list[tuple[int, int, Any]]:
-    """(R, heads, tile): unsplit at R = 1 and 256, split over 3 CTAs with 4 heads a CTA at
-    small R (the merge through L2 scratch), each without and with the index rows read with Q
-    and the lens (early_gather) and, split, the one-pass merge (fused_merge). Runs 18-20 had
-    the dsmem_merge and 8 / 2 heads cases."""
+    """(R, heads, tile): unsplit at R = 256, and at R = 1 the split launches over a cluster
+    with 4 heads a CTA: 64-token tiles over 3 CTAs against 32-token tiles over 6 (the merge
+    through L2 scratch). Runs 18-20 had the dsmem_merge and 8 / 2 heads cases, run 23 the
+    early_gather and fused_merge ones."""
     sm90 = g.dc.select_tile_config(64, 5, (9, 0))
-    unsplit = [
-        (r, h, g.replace(sm90, kv_splits=1, early_gather=eg))
-        for r, h in ((1, 64), (256, 16))
-        for eg in (False, True)
-    ]
-    return unsplit + [
-        (r, h, g.replace(sm90, kv_splits=3, heads_per_cta=4, early_gather=new, fused_merge=new))
-        for r, h in ((1, 64), (8, 16))
-        for new in (False, True)
+    return [(256, 16, g.replace(sm90, kv_splits=1))] + [
+        (r, h, g.replace(sm90, kv_splits=ks, block_kv=bkv, heads_per_cta=4))
+        for r, h in ((1, 64), (1, 16))
+        for bkv, ks in ((64, 3), (32, 6))
     ]
 
 
@@ -191,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for r, h, cfg in cases():
         row: dict[str, Any] = dict(R=r, H=h, heads_per_cta=cfg.heads_per_cta, kv_splits=cfg.kv_splits,
+                                   block_kv=cfg.block_kv,
                                    dsmem_merge=cfg.dsmem_merge, early_gather=cfg.early_gather,
                                    fused_merge=cfg.fused_merge)
         try:

@@ -357,6 +357,11 @@ SWEEP_CONFIGS = tuple(
         # tiles with 6 splits and narrow head groups, the L2 merge as the default has it
         (4, 32, 6, dict()),
         (2, 32, 6, dict()),
+        # the partial stores only up to the last live row's 16-row slice (warp-uniform; the
+        # per-row guard of runs 14-15 was slower), with the kernel at 255 registers a thread
+        (4, 64, 3, dict(live_partials=True)),
+        (4, 32, 6, dict(live_partials=True)),
+        (8, 64, 3, dict(live_partials=True)),
     )
 )
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))

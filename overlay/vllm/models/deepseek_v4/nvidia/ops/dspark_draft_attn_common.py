@@ -114,6 +114,9 @@ class TileConfig:
     # plain kernel, kv_splits > 1, L2 merge: one pass, each output element
     # recomputing its row's factors, instead of three with CTA barriers
     fused_merge: bool = False
+    # plain kernel, kv_splits > 1, L2 merge: store the partial rows up to the
+    # last live row's 16-row slice (warp-uniform), not all padded rows
+    live_partials: bool = False
 
 
 def cta_queries(num_queries: int, cfg: TileConfig) -> int:

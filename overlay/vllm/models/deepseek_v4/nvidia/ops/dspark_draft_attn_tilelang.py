@@ -87,6 +87,7 @@ def dspark_draft_attn_tilelang(
     dsmem_merge: bool = False,
     early_gather: bool = False,
     fused_merge: bool = False,
+    live_partials: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -116,6 +117,9 @@ def dspark_draft_attn_tilelang(
     m_pad = padded_rows(num_queries, heads_per_cta, row_tile)
     # rows of the merge each CTA of a cluster writes
     merge_rows = -(-rows // kv_splits)
+    # live_partials: the rows up to the last live one's 16-row wgmma slice,
+    # so the guard is uniform across each warp of the accumulator
+    live_pad = -(-rows // 16) * 16
     # Index positions t * block_kv + j of a live tile stay inside the row.
     assert width % block_kv == 0, (width, block_kv)
     scale_log2 = scale * LOG2E
@@ -415,7 +419,8 @@ def dspark_draft_attn_tilelang(
             # all m_pad rows, padding too: skipping them (a row guard) measured
             # ~3 us slower at R = 1 on the H200 (runs 14-15 against 13)
             for m, d in T.Parallel(m_pad, HEAD_DIM):
-                part_o[part + split, m, d] = acc_o[m, d]
+                if not live_partials or m < live_pad:
+                    part_o[part + split, m, d] = acc_o[m, d]
             for m in T.Parallel(m_pad):
                 part_ml[part + split, 0, m] = m_i[m]
                 part_ml[part + split, 1, m] = l_i[m]
@@ -1115,6 +1120,7 @@ class DSparkDraftAttnTileLangKernel(
         dsmem_merge: bool
         early_gather: bool
         fused_merge: bool
+        live_partials: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -1162,6 +1168,7 @@ class DSparkDraftAttnTileLangKernel(
             dsmem_merge=cfg.dsmem_merge,
             early_gather=cfg.early_gather,
             fused_merge=cfg.fused_merge,
+            live_partials=cfg.live_partials,
         )
 
     def get_warmup_keys(
@@ -1266,6 +1273,7 @@ class DSparkDraftAttnTileLangKernel(
             key.dsmem_merge,
             key.early_gather,
             key.fused_merge,
+            key.live_partials,
         )
 
 

@@ -340,30 +340,16 @@ SWEEP_CONFIGS = tuple(
         (2, 64, 256, 1, 1, 64, False, 0, 3, True, False, True),
         (4, 64, 256, 1, 1, 64, False, 0, 3, True),
         (4, 32, 256, 1, 1, 64, False, 0, 6, True, False, True),
-    )
-) + tuple(
-    # the timeline's fixed costs: the lens, index and Q reads in one DRAM round trip instead of
-    # two after one another (early_gather), the L2 merge in one pass without its three CTA
-    # barriers and dependent L2 reads (fused_merge); 25-27 against 23, 28 against 13
-    replace(dc.TileConfig(hpc, bkv, 256, 1, 1, 64), q_async=True, kv_splits=ks, **opts)
-    for hpc, bkv, ks, opts in (
-        (4, 64, 3, dict(early_gather=True)),
-        (4, 64, 3, dict(fused_merge=True)),
-        (4, 64, 3, dict(early_gather=True, fused_merge=True)),
-        (8, 64, 1, dict(early_gather=True)),
-        (8, 64, 3, dict(early_gather=True, fused_merge=True)),
-        (4, 32, 6, dict(early_gather=True, fused_merge=True)),
-        # run 23 had 30 at 11.5 us (R = 1, 16 heads) despite fused_merge's cost: 32-token
-        # tiles with 6 splits and narrow head groups, the L2 merge as the default has it
-        (4, 32, 6, dict()),
-        (2, 32, 6, dict()),
-        # the partial stores only up to the last live row's 16-row slice (warp-uniform; the
-        # per-row guard of runs 14-15 was slower), with the kernel at 255 registers a thread
-        (4, 64, 3, dict(live_partials=True)),
-        (4, 32, 6, dict(live_partials=True)),
-        (8, 64, 3, dict(live_partials=True)),
+        # 32-token tiles over 6 CTAs with narrow head groups (run 24: the R = 1 default since)
+        (4, 32, 256, 1, 1, 64, False, 0, 6, True),
+        (2, 32, 256, 1, 1, 64, False, 0, 6, True),
     )
 )
+# Run 23 also swept two options since removed, both slower: every index row read with Q and
+# the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass
+# of per-element factors (25 us: the factor chain serialises the unrolled rows' L2 reads).
+# Since run 24 every split stores its partial rows only up to the last live row's 16-row
+# slice and the merge computes a row's factors in one pass (the configs above run that code).
 SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))
 
 
@@ -669,14 +655,18 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             row["pct_of_floor_graph_cold"] = 100.0 * row["floor_us"] / g1
             cap = torch.cuda.get_device_capability(0)
             cfg = dc.select_tile_config(h, 5, cap)
-            launch = dc.launch_tile(cfg, r, h, b.width, dk._sm_count(b.q.device), cap)
+            sms = dk._sm_count(b.q.device)
+            launch = dc.launch_tile(cfg, r, h, b.width, sms, cap)
             row["kv_splits"], row["heads_per_cta"] = launch.kv_splits, launch.heads_per_cta
-            if launch.heads_per_cta != cfg.heads_per_cta:
-                # the same split with the unsplit tile's heads a CTA (the rule before run 21)
-                wide = replace(cfg, kv_splits=launch.kv_splits)
-                wide_fn = lambda b=b, out=out, c=wide: run_kernel(b, out, tile=c)  # noqa: E731
-                wide_fn()
-                row["tilelang_split_wide_graph_cold_1layer_us"] = cold_graph_us([wide_fn])
+            row["block_kv"] = launch.block_kv
+            # the other split tiles whose CTAs fit the SMs, timed beside the rule's choice
+            alts = {}
+            for t in dc.split_tiles(cfg, b.width, cap):
+                if t != launch and r * (h // t.heads_per_cta) * t.kv_splits <= sms:
+                    alt_fn = lambda b=b, out=out, c=t: run_kernel(b, out, tile=c)  # noqa: E731
+                    alt_fn()
+                    alts[f"{t.heads_per_cta}heads_{t.block_kv}kv_{t.kv_splits}splits"] = cold_graph_us([alt_fn])
+            row["tilelang_split_alternatives_graph_cold_1layer_us"] = alts
             if row["kv_splits"] > 1:
                 # the same kernel unsplit (one CTA a head group), timed in the same run
                 one_cta = replace(cfg, kv_splits=1)
@@ -873,7 +863,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         save()
     if a.what == "sweep" or (a.what == "all" and not a.quick):
-        rep["sweep"] = sweep(on_row=lambda rows: (rep.update(sweep=dict(rows=rows)), save()), configs=configs, sizes=sizes)
+        rep["sweep"] = sweep(
+            on_row=lambda rows: (rep.update(sweep=dict(rows=rows)), save()), configs=configs, sizes=sizes
+        )
         for row in rep["sweep"]["rows"]:
             print(f"R={row['R']:4d} H={row['H']:2d}  floor {row['floor_us']:6.1f} us  best {row.get('best')}")
     save()

@@ -74,7 +74,7 @@ def _edits() -> list[tuple[str, str]]:
         (f"{i8}if kv_splits == 1:\n{i12}# Fold the sink", _stamp(i8, str(AFTER["loop_done"]))),
         # the split's merge through L2 scratch, then through distributed shared memory
         (f"{i12}T.sync_threads()\n{i12}T.cluster_sync()\n", _stamp(i12, str(AFTER["partials_stored"]))),
-        (f"{i12}if fused_merge:\n", _stamp(i12, str(AFTER["cluster_synced"]))),
+        (f"{i12}_merge_splits(\n", _stamp(i12, str(AFTER["cluster_synced"]))),
         (f"{i12}# every CTA is past its loop", _stamp(i12, str(AFTER["partials_stored"]))),
         (f"{i12}# no CTA exits before the copies", _stamp(i12, str(AFTER["cluster_synced"]))),
     ]
@@ -148,8 +148,8 @@ def summarise(stamps) -> dict[str, Any]:
 def cases() -> list[tuple[int, int, Any]]:
     """(R, heads, tile): unsplit at R = 256, and at R = 1 the split launches over a cluster
     with 4 heads a CTA: 64-token tiles over 3 CTAs against 32-token tiles over 6 (the merge
-    through L2 scratch). Runs 18-20 had the dsmem_merge and 8 / 2 heads cases, run 23 the
-    early_gather and fused_merge ones."""
+    through L2 scratch). Runs 18-20 had the dsmem_merge and 8 / 2 heads cases, run 23 two
+    options since removed (every index row read with Q; the merge in one pass)."""
     sm90 = g.dc.select_tile_config(64, 5, (9, 0))
     return [(256, 16, g.replace(sm90, kv_splits=1))] + [
         (r, h, g.replace(sm90, kv_splits=ks, block_kv=bkv, heads_per_cta=4))
@@ -187,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     for r, h, cfg in cases():
         row: dict[str, Any] = dict(R=r, H=h, heads_per_cta=cfg.heads_per_cta, kv_splits=cfg.kv_splits,
                                    block_kv=cfg.block_kv,
-                                   dsmem_merge=cfg.dsmem_merge, early_gather=cfg.early_gather,
-                                   fused_merge=cfg.fused_merge)
+                                   dsmem_merge=cfg.dsmem_merge)
         try:
             b = g.plain_batch(r, h, 7000 + r + h)
             out = torch.empty_like(b.q)

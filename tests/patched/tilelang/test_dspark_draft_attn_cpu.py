@@ -205,12 +205,12 @@ def test_compile_keys(kernel_module):
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
     page = dc.fp8_ds_mla_page_bytes(64)
     kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
-    # SM90: the unsplit key and the split ones small batches pick (192 slots = 3 tiles; 4 heads
-    # a CTA where those CTAs fit the SMs, else the unsplit tile's 8)
-    k90, k90_3n, k90_3 = owner.get_warmup_keys(**kw, capability=(9, 0))
-    assert (k90.kv_splits, k90_3n.kv_splits, k90_3.kv_splits) == (1, 3, 3)
-    assert k90_3 == dataclasses.replace(k90, kv_splits=3)
-    assert k90_3n == dataclasses.replace(k90, kv_splits=3, heads_per_cta=dc.SPLIT_HEADS_PER_CTA)
+    # SM90: the unsplit key and the split ones small batches pick (192 slots: 6 32-token or 3
+    # 64-token tiles, one CTA each; 4 heads a CTA, then the unsplit tile's 8)
+    k90, *split = owner.get_warmup_keys(**kw, capability=(9, 0))
+    assert [(k.heads_per_cta, k.block_kv, k.kv_splits) for k in split] == [(4, 32, 6), (4, 64, 3), (8, 64, 3)]
+    assert split[-1] == dataclasses.replace(k90, kv_splits=3)
+    assert k90.kv_splits == 1
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))  # SM12x never splits
     assert k120.kv_splits == 1
     assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 1)
@@ -345,40 +345,37 @@ def test_sweep_shapes_follow_the_tile_rules():
         assert dc.tile_rule_violations(cfg, 5) == [], cfg
 
 
-def test_kv_splits_for_small_batches_only():
-    """A head group's 3 tiles go to 3 CTAs of a cluster while every CTA still has an SM of
-    its own (132 on the H200), else to one (2 of 3 measured no better); never on SM12x
-    (untested there) or the warp-specialised kernel."""
-    cfg = dc.select_tile_config(64, 5, (9, 0))  # 8 heads a CTA: 8 groups a request at 64 heads
-    splits = {r: dc.kv_splits_for(cfg, r, 64, 192, 132, (9, 0)) for r in (1, 2, 5, 6, 8, 64, 256)}
-    assert splits == {1: 3, 2: 3, 5: 3, 6: 1, 8: 1, 64: 1, 256: 1}
-    assert dc.kv_splits_for(cfg, 8, 16, 192, 132, (9, 0)) == 3  # 16 groups, 48 CTAs
-    assert dc.kv_splits_for(cfg, 1, 64, 128, 132, (9, 0)) == 2  # a 2-tile index row
-    assert dc.kv_splits_for(dc.select_tile_config(64, 5, (12, 0)), 1, 64, 192, 188, (12, 0)) == 1
-    assert dc.kv_splits_for(dc.warp_specialized_config(64, 5), 1, 64, 192, 132, (9, 0)) == 1
-    for r, s in splits.items():  # never more CTAs than SMs once split
-        assert s == 1 or r * 8 * s <= 132
-    assert dc.tile_rule_violations(dataclasses.replace(cfg, kv_splits=3), 5) == []
+def test_launch_tile_takes_the_finest_split_that_fits():
+    """Small batches give every KV tile of a head group a CTA of its own, with the finest
+    split tile (SPLIT_TILES: 4 heads and 32-token tiles, then 64-token, then 8 heads) whose
+    CTAs all get an SM (132 on the H200); past that no split, the unsplit launch keeping the
+    default tile. Never on SM12x (untested there) or the warp-specialised kernel."""
+    cfg = dc.select_tile_config(64, 5, (9, 0))  # 8 heads a CTA, 64-token tiles
+    shape = lambda t: (t.heads_per_cta, t.block_kv, t.kv_splits)  # noqa: E731
+    got = {r: shape(dc.launch_tile(cfg, r, 64, 192, 132, (9, 0))) for r in (1, 2, 3, 5, 6, 64)}
+    assert got == {
+        1: (4, 32, 6),  # 96 CTAs
+        2: (4, 64, 3),  # 32-token: 192 CTAs
+        3: (8, 64, 3),  # 4 heads: 144
+        5: (8, 64, 3),  # 120
+        6: (8, 64, 1),  # 144 even with 8 heads
+        64: (8, 64, 1),
+    }
+    assert dc.launch_tile(cfg, 64, 64, 192, 132, (9, 0)) == cfg
+    at16 = {r: shape(dc.launch_tile(cfg, r, 16, 192, 132, (9, 0))) for r in (1, 5, 8, 11, 12, 22, 23)}
+    assert at16 == {
+        1: (4, 32, 6), 5: (4, 32, 6), 8: (4, 64, 3), 11: (4, 64, 3), 12: (8, 64, 3), 22: (8, 64, 3),
+        23: (8, 64, 1),
+    }
+    # a 2-tile index row (a shorter window): 4 32-token splits
+    assert shape(dc.launch_tile(cfg, 1, 64, 128, 132, (9, 0))) == (4, 32, 4)
+    for t in dc.split_tiles(cfg, 192, (9, 0)):
+        assert dc.tile_rule_violations(t, 5) == [] and dc.tile_rule_violations(t, 7) == []
+    assert dc.launch_tile(dc.select_tile_config(64, 5, (12, 0)), 1, 64, 192, 188, (12, 0)).kv_splits == 1
+    assert dc.split_tiles(dc.warp_specialized_config(64, 5), 192, (9, 0)) == []
     assert dc.tile_rule_violations(dataclasses.replace(cfg, kv_splits=9), 5)  # not a cluster
     ws = dataclasses.replace(dc.warp_specialized_config(16, 5), kv_splits=2)
     assert dc.tile_rule_violations(ws, 5)
-
-
-def test_launch_tile_narrows_split_groups_while_they_fit():
-    """Split launches take 4 heads a CTA (less partial state to merge) while those CTAs fill at
-    most half the SMs (measured faster at 48, slower at 96 on the H200), then the unsplit tile's
-    8 while every CTA gets an SM, then no split; the unsplit launch keeps the default tile."""
-    cfg = dc.select_tile_config(64, 5, (9, 0))
-    got = {r: dc.launch_tile(cfg, r, 64, 192, 132, (9, 0)) for r in (1, 2, 3, 5, 6, 64)}
-    assert {r: (t.heads_per_cta, t.kv_splits) for r, t in got.items()} == {
-        1: (4, 3), 2: (8, 3), 3: (8, 3), 5: (8, 3), 6: (8, 1), 64: (8, 1)
-    }
-    assert got[64] == cfg
-    assert dc.launch_tile(cfg, 1, 16, 192, 132, (9, 0)).heads_per_cta == 4  # 12 CTAs
-    assert dc.launch_tile(cfg, 8, 16, 192, 132, (9, 0)).heads_per_cta == 8  # 4 heads: 96 CTAs
-    assert dc.launch_tile(dc.select_tile_config(64, 5, (12, 0)), 1, 64, 192, 188, (12, 0)).kv_splits == 1
-    for t in dc.split_tiles(cfg, 192, (9, 0)):
-        assert dc.tile_rule_violations(t, 5) == [] and dc.tile_rule_violations(t, 7) == []
 
 
 def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatch):
@@ -410,9 +407,10 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
         )  # fmt: skip
         return launches[-1]
 
-    one = launch(1)  # 16 groups of 4 heads x 3 splits
-    assert one["compile_key"].kv_splits == 3 and one["compile_key"].heads_per_cta == 4
-    assert one["part_o"].shape == (48, 64, 512) and one["part_ml"].shape == (48, 2, 64)
+    one = launch(1)  # 16 groups of 4 heads x 6 splits of 32-token tiles
+    assert one["compile_key"].kv_splits == 6 and one["compile_key"].heads_per_cta == 4
+    assert one["compile_key"].block_kv == 32
+    assert one["part_o"].shape == (96, 64, 512) and one["part_ml"].shape == (96, 2, 64)
     five = launch(5)  # 240 CTAs of 4 heads would not fit: 8 heads a CTA
     assert five["compile_key"].kv_splits == 3 and five["compile_key"].heads_per_cta == 8
     assert five["part_o"].shape == (120, 64, 512)

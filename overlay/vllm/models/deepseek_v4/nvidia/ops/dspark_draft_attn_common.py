@@ -94,7 +94,7 @@ class TileConfig:
     warp_specialized: bool = False
     queries_per_cta: int = 0
     # plain kernel only: the KV tiles of a (request, head group) dealt to
-    # this many CTAs of one cluster, merged at the end (kv_splits_for)
+    # this many CTAs of one cluster, merged at the end (launch_tile)
     kv_splits: int = 1
     # plain kernel only: Q loaded with cp.async before the index reads (its
     # DRAM trip overlaps them) instead of after
@@ -108,15 +108,6 @@ class TileConfig:
     # H200 but no faster there (run 18: moving the states costs the same), so
     # off by default; fits N = 5 only (dsmem_merge_smem_bytes)
     dsmem_merge: bool = False
-    # plain kernel only: all N index rows read with Q and the lengths (one
-    # DRAM round trip), the row to gather with picked after in shared memory
-    early_gather: bool = False
-    # plain kernel, kv_splits > 1, L2 merge: one pass, each output element
-    # recomputing its row's factors, instead of three with CTA barriers
-    fused_merge: bool = False
-    # plain kernel, kv_splits > 1, L2 merge: store the partial rows up to the
-    # last live row's 16-row slice (warp-uniform), not all padded rows
-    live_partials: bool = False
 
 
 def cta_queries(num_queries: int, cfg: TileConfig) -> int:
@@ -219,13 +210,8 @@ def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
 def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
     if cfg.warp_specialized:
         return ws_smem_bytes(cfg.block_kv, cfg.num_stages)
-    # early_gather keeps every query's index row, not one
-    index_rows = num_queries - 1 if cfg.early_gather else 0
-    return (
-        smem_bytes(
-            num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile
-        )
-        + 4 * 256 * index_rows
+    return smem_bytes(
+        num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile
     )
 
 
@@ -263,9 +249,9 @@ def select_tile_config(
     SM90 (measured on the H200, 2026-12-03): heads_per_cta=8, block_kv=64,
     256 threads, one stage, rows padded to 64 so both GEMMs are wgmma (1.3-1.4x
     faster than the mma.sync shape with rows padded to 16; two stages were
-    slower in every sweep), Q loaded by cp.async; small batches also split
-    the KV tiles over a cluster, with 4 heads a CTA where that fits (launch_tile,
-    chosen per launch).
+    slower in every sweep), Q loaded by cp.async; small batches split the
+    KV tiles over a cluster with narrower tiles (launch_tile, chosen per
+    launch).
     SM12x: heads_per_cta=4, block_kv=32, threads=128, mma.sync, chosen only
     to fit 101,376 B of shared memory per block and the rules above; these
     values are UNTESTED on SM120/SM121 hardware (none was available): run
@@ -320,50 +306,36 @@ def split_kv_splits(cfg: TileConfig, width: int, capability: tuple[int, int]) ->
     return min(width // cfg.block_kv, MAX_KV_SPLITS)
 
 
-def kv_splits_for(
-    cfg: TileConfig,
-    num_reqs: int,
-    num_heads: int,
-    width: int,
-    sm_count: int,
-    capability: tuple[int, int],
-) -> int:
-    """KV splits for a launch of num_reqs requests: at small batches a head
-    group's tiles run one after another on one SM while most SMs idle
-    (R = 1, 64 heads: 8 CTAs of 3 tiles on 132 SMs), so give every tile a
-    CTA of its own (split_kv_splits), as long as all CTAs still get an SM each
-    (more CTAs than SMs queue, and the partial outputs stop fitting in L2).
-    All or nothing: on the H200 3 splits of 3 tiles took R = 1 from 20.9-21.6
-    to 16.8-17.1 us, while 2 of 3 (R = 8, 64 heads) ranged from 5 % faster to
-    4 % slower than none (runs 13 and 16).
-    """
-    splits = split_kv_splits(cfg, width, capability)
-    groups = num_reqs * (num_heads // cfg.heads_per_cta)
-    return splits if groups * splits <= sm_count else 1
-
-
-# Heads a CTA of a split launch: the merge moves every CTA's live rows of
-# fp32 partial output, so narrower groups (rows still padded to 64 for
-# wgmma) merge faster while the GPU is nearly empty. H200 run 21: R = 1,
-# 64 heads 16.7 -> 14.8 us (48 CTAs), 16 heads 16.6 -> 14.3 us; but R = 8,
-# 16 heads (96 CTAs) 16.8 -> 17.5 us, so only up to half the SMs.
-SPLIT_HEADS_PER_CTA = 4
+# Split launch tiles, (heads a CTA, KV tile), finest first: a launch takes
+# the first whose CTAs (one a KV tile of each head group) all get an SM;
+# more CTAs than SMs queue, and fewer splits than tiles (2 CTAs for 3 tiles)
+# measured from 5 % faster to 4 % slower than none (runs 13 and 16).
+# Narrow groups and short tiles shorten each CTA's chain and the partial state
+# it stores (rows still padded to 64 for wgmma; the stores stop at the last
+# live row's 16-row slice). H200 run 24: R = 1, 32-token tiles over 6 CTAs
+# 12.1 / 11.3 us at 64 / 16 heads, 64-token over 3 13.4 / 13.3; R = 2 at 64
+# heads and R = 8 at 16 (96 CTAs with 4 heads): 64-token, 4 heads 15.4-15.5,
+# 8 heads 16.3, and 32-token over 6 (192 CTAs, more than the SMs) 21.8-22.4.
+SPLIT_TILES = ((4, 32), (4, 64), (8, 64))
 
 
 def split_tiles(
     cfg: TileConfig, width: int, capability: tuple[int, int]
 ) -> list[TileConfig]:
-    """The split tiles a launch of this shape may take, the preferred first:
-    SPLIT_HEADS_PER_CTA heads a CTA, then the unsplit tile's own; [] where
-    launches never split (split_kv_splits)."""
-    splits = split_kv_splits(cfg, width, capability)
-    if splits == 1:
+    """The split tiles a launch of this shape may take, in SPLIT_TILES order
+    (never more heads a CTA than cfg's); [] where launches never split
+    (split_kv_splits)."""
+    if split_kv_splits(cfg, width, capability) == 1:
         return []
-    narrow = min(cfg.heads_per_cta, SPLIT_HEADS_PER_CTA)
-    return [
-        replace(cfg, heads_per_cta=hpc, kv_splits=splits)
-        for hpc in dict.fromkeys((narrow, cfg.heads_per_cta))
-    ]
+    tiles: list[TileConfig] = []
+    for heads, block_kv in SPLIT_TILES:
+        tile = replace(
+            cfg, heads_per_cta=min(heads, cfg.heads_per_cta), block_kv=block_kv
+        )
+        tile = replace(tile, kv_splits=split_kv_splits(tile, width, capability))
+        if tile.kv_splits > 1 and tile not in tiles:
+            tiles.append(tile)
+    return tiles
 
 
 def launch_tile(
@@ -374,21 +346,11 @@ def launch_tile(
     sm_count: int,
     capability: tuple[int, int],
 ) -> TileConfig:
-    """The tile of one launch: a split one (kv_splits_for) where the GPU is
-    nearly empty, narrowed to SPLIT_HEADS_PER_CTA heads a CTA while those
-    CTAs fill at most half the SMs; else cfg unsplit."""
-    tiles = split_tiles(cfg, width, capability)
-    if len(tiles) > 1:
-        narrow = tiles[0]
-        ctas = num_reqs * (num_heads // narrow.heads_per_cta) * narrow.kv_splits
-        if 2 * ctas <= sm_count:
-            return narrow
-    if (
-        tiles
-        and kv_splits_for(tiles[-1], num_reqs, num_heads, width, sm_count, capability)
-        > 1
-    ):
-        return tiles[-1]
+    """The tile of one launch: the first split tile (split_tiles) whose CTAs
+    all get an SM while the GPU is nearly empty; else cfg unsplit."""
+    for tile in split_tiles(cfg, width, capability):
+        if num_reqs * (num_heads // tile.heads_per_cta) * tile.kv_splits <= sm_count:
+            return tile
     return replace(cfg, kv_splits=1)
 
 

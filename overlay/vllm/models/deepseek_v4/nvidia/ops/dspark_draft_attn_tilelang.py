@@ -85,9 +85,6 @@ def dspark_draft_attn_tilelang(
     q_async: bool = False,
     global_slots: bool = False,
     dsmem_merge: bool = False,
-    early_gather: bool = False,
-    fused_merge: bool = False,
-    live_partials: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -104,11 +101,6 @@ def dspark_draft_attn_tilelang(
     dsmem_merge: the partial states go to the merging CTA's shared memory
     instead (one bulk async copy per pair of CTAs, an mbarrier counting the
     bytes), so no L2 round trip and no store drain at the cluster barrier.
-    fused_merge: the L2 merge in one pass, each output element computing its
-    row's factors from the partial max / sum itself (one L2 round trip, no
-    CTA barrier), instead of three passes through shared memory.
-    early_gather: every query's index row is read with Q and the lengths
-    (one DRAM round trip), the gather's row picked in shared memory after.
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
@@ -117,8 +109,8 @@ def dspark_draft_attn_tilelang(
     m_pad = padded_rows(num_queries, heads_per_cta, row_tile)
     # rows of the merge each CTA of a cluster writes
     merge_rows = -(-rows // kv_splits)
-    # live_partials: the rows up to the last live one's 16-row wgmma slice,
-    # so the guard is uniform across each warp of the accumulator
+    # partial rows a split stores: up to the last live row's 16-row wgmma
+    # slice, so the guard is uniform across each warp of the accumulator
     live_pad = -(-rows // 16) * 16
     # Index positions t * block_kv + j of a live tile stay inside the row.
     assert width % block_kv == 0, (width, block_kv)
@@ -155,8 +147,7 @@ def dspark_draft_attn_tilelang(
         p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
         # the request's whole index row, read once: every tile's gather
         # addresses then come from shared memory, not a dependent global load
-        # (early_gather: all N rows, the pick among them comes after)
-        idx_s = T.alloc_shared([num_queries if early_gather else 1, width], T.int32)
+        idx_s = T.alloc_shared([width], T.int32)
         fp8_s = T.alloc_shared([block_kv, NOPE_DIM], T.float8_e4m3fn)
         # A token's 8 scale bytes as one word: one 8-byte async copy per token.
         scale_s = T.alloc_shared([block_kv], T.int64)
@@ -187,10 +178,6 @@ def dspark_draft_attn_tilelang(
             if rows < m_pad:
                 for m, d in T.Parallel(m_pad - rows, HEAD_DIM):
                     q_s[rows + m, d] = T.cast(0, T.bfloat16)
-        if early_gather:
-            # the index rows fly with Q and the lens reads below, instead of
-            # after them (the row to gather with depends on the lens)
-            T.async_copy(indices[rid, :, :], idx_s)
 
         # All N rows of a request carry the same list (the DSpark index
         # kernel writes one row per request); gather with the longest one.
@@ -201,14 +188,8 @@ def dspark_draft_attn_tilelang(
                 max_len = lens[rid, n]
                 src_row = n
         live_len = T.min(max_len, width)
-        # the shared index row the gathers read: src_row of all N, or the one
-        idx_row = src_row if early_gather else 0
-        if early_gather:
-            T.ptx_wait_group(0)
-            T.sync_threads()
-        else:
-            for j in T.Parallel(width):
-                idx_s[0, j] = indices[rid, src_row, j]
+        for j in T.Parallel(width):
+            idx_s[j] = indices[rid, src_row, j]
 
         # Row m of the CTA is query m // heads_per_cta, head m % heads_per_cta.
         if not q_async:
@@ -230,7 +211,7 @@ def dspark_draft_attn_tilelang(
         T.fill(acc_o, 0)
         T.fill(l_i, 0)
         T.fill(m_i, _NEG_LARGE)
-        if q_async and not early_gather:
+        if q_async:
             T.ptx_wait_group(0)
             T.sync_threads()
 
@@ -251,7 +232,6 @@ def dspark_draft_attn_tilelang(
             for j, d in T.Parallel(block_kv, NOPE_DIM):
                 live_slot = _gather_slot(
                     idx_s,
-                    idx_row,
                     indices,
                     rid,
                     src_row,
@@ -266,7 +246,6 @@ def dspark_draft_attn_tilelang(
             for j in T.Parallel(block_kv):
                 live_slot = _gather_slot(
                     idx_s,
-                    idx_row,
                     indices,
                     rid,
                     src_row,
@@ -280,7 +259,6 @@ def dspark_draft_attn_tilelang(
             for j, d in T.Parallel(block_kv, ROPE_DIM):
                 live_slot = _gather_slot(
                     idx_s,
-                    idx_row,
                     indices,
                     rid,
                     src_row,
@@ -294,7 +272,7 @@ def dspark_draft_attn_tilelang(
                 ]
             for j in T.Parallel(block_kv):
                 pos = t * block_kv + j
-                live_s[j] = (pos < live_len) & (idx_s[idx_row, pos] >= 0)
+                live_s[j] = (pos < live_len) & (idx_s[pos] >= 0)
             # 2^(byte - 127) once per (token, 64-dim block), not per element.
             for j, c in T.Parallel(block_kv, SCALE_BYTES_PER_TOKEN):
                 scale_f[j, c] = T.exp2(
@@ -416,39 +394,32 @@ def dspark_draft_attn_tilelang(
             # barrier before it keeps the compiler from sinking the stores
             # past the barrier's asm, which has no memory clobber).
             part = (rid * (num_heads // heads_per_cta) + gid) * kv_splits
-            # all m_pad rows, padding too: skipping them (a row guard) measured
-            # ~3 us slower at R = 1 on the H200 (runs 14-15 against 13)
+            # live_pad rows: whole warps skip their stores (H200 run 24, R = 1:
+            # 14.7 -> 13.4 us); a per-row guard (m < rows) split warps and
+            # measured ~3 us slower (runs 14-15)
             for m, d in T.Parallel(m_pad, HEAD_DIM):
-                if not live_partials or m < live_pad:
+                if m < live_pad:
                     part_o[part + split, m, d] = acc_o[m, d]
             for m in T.Parallel(m_pad):
                 part_ml[part + split, 0, m] = m_i[m]
                 part_ml[part + split, 1, m] = l_i[m]
             T.sync_threads()
             T.cluster_sync()
-            if fused_merge:
-                _merge_splits_fused(
-                    part_o, part_ml, attn_sink, len_s, out, rid, gid, split,
-                    part, heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
-                )  # fmt: skip
-            else:
-                row_max = T.alloc_shared([merge_rows], T.float32)
-                row_norm = T.alloc_shared([merge_rows], T.float32)
-                row_fac = T.alloc_shared([merge_rows, kv_splits], T.float32)
-                _merge_splits(
-                    part_o, part_ml, attn_sink, len_s, out, row_max, row_norm,
-                    row_fac, rid, gid, split, part, heads_per_cta, rows,
-                    merge_rows, kv_splits, scale_log2,
-                )  # fmt: skip
+            row_fac = T.alloc_shared([merge_rows, kv_splits], T.float32)
+            _merge_splits(
+                part_o, part_ml, attn_sink, len_s, out, row_fac, rid, gid,
+                split, part, heads_per_cta, rows, merge_rows, kv_splits,
+                scale_log2,
+            )  # fmt: skip
 
 
-def _gather_slot(idx_s, idx_row, indices, rid, src_row, pos, live_len, global_slots):
+def _gather_slot(idx_s, indices, rid, src_row, pos, live_len, global_slots):
     """Cache slot of index position pos for a gather (slot 0 past the live
     length or for a -1 entry; the live mask zeroes those). global_slots: read
     it from the index tensor (an L1 hit after the row's first read) rather than
     the shared copy, whose reads TileLang fences with two CTA barriers around
     each of a thread's 16-byte cp.async copies."""
-    slot = indices[rid, src_row, pos] if global_slots else idx_s[idx_row, pos]
+    slot = indices[rid, src_row, pos] if global_slots else idx_s[pos]
     return T.if_then_else(pos < live_len, T.max(slot, 0), 0)
 
 
@@ -478,15 +449,6 @@ def _weighted_sum(part_o, row_fac, part, m, i, d, kv_splits):
     return total
 
 
-def _rescaled_sum(part_o, part_ml, part, m, d, top, kv_splits, scale_log2):
-    total = part_o[part, m, d] * T.exp2((part_ml[part, 0, m] - top) * scale_log2)
-    for s in range(1, kv_splits):
-        total += part_o[part + s, m, d] * T.exp2(
-            (part_ml[part + s, 0, m] - top) * scale_log2
-        )
-    return total
-
-
 def _sink_norm(attn_sink, live, h, top, l_sum, scale_log2):
     """1 / denominator of a merged row, the sink folded in around
     max(max, sink) as the unsplit kernel does; 0 for an empty row."""
@@ -499,51 +461,24 @@ def _sink_norm(attn_sink, live, h, top, l_sum, scale_log2):
 
 
 @T.macro
-def _merge_splits_fused(
-    part_o, part_ml, attn_sink, len_s, out, rid, gid, split, part,
-    heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
-):  # fmt: skip
-    """_merge_splits in one pass: every output element recomputes its row's
-    common max, sum and sink factor from part_ml (a few exp2 more, but one L2
-    round trip and no CTA barrier instead of three passes)."""
-    r0 = split * merge_rows
-    for i, d in T.Parallel(merge_rows, HEAD_DIM):
-        if r0 + i < rows:
-            m = r0 + i
-            top = _max_over_splits(part_ml, part, m, kv_splits)
-            l_sum = _sum_over_splits(part_ml, part, m, top, kv_splits, scale_log2)
-            h = gid * heads_per_cta + m % heads_per_cta
-            norm = _sink_norm(attn_sink, len_s[m] > 0, h, top, l_sum, scale_log2)
-            o = _rescaled_sum(part_o, part_ml, part, m, d, top, kv_splits, scale_log2)
-            out[rid, m // heads_per_cta, h, d] = T.cast(o * norm, T.bfloat16)
-
-
-@T.macro
 def _merge_splits(
-    part_o, part_ml, attn_sink, len_s, out, row_max, row_norm, row_fac, rid,
-    gid, split, part, heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
+    part_o, part_ml, attn_sink, len_s, out, row_fac, rid, gid, split, part,
+    heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
 ):  # fmt: skip
     """Rows split * merge_rows ... of the cluster's output from the
     kv_splits partial states: rescale each to the common max, fold the sink
-    (as the unsplit kernel does) and write bf16."""
+    (as the unsplit kernel does) and write bf16. Two passes: a thread a row
+    computes the row's factors from part_ml, then every thread weighs part_o
+    with them (one barrier; all per element was slower, H200 run 23)."""
     r0 = split * merge_rows
     for i in T.Parallel(merge_rows):
-        row_max[i] = _max_over_splits(part_ml, part, T.min(r0 + i, rows - 1), kv_splits)
-    for i in T.Parallel(merge_rows):
         m = T.min(r0 + i, rows - 1)
-        l_sum = _sum_over_splits(part_ml, part, m, row_max[i], kv_splits, scale_log2)
-        row_norm[i] = _sink_norm(
-            attn_sink, len_s[m] > 0, gid * heads_per_cta + m % heads_per_cta,
-            row_max[i], l_sum, scale_log2,
-        )  # fmt: skip
-    for i, s in T.Parallel(merge_rows, kv_splits):
-        row_fac[i, s] = (
-            T.exp2(
-                (part_ml[part + s, 0, T.min(r0 + i, rows - 1)] - row_max[i])
-                * scale_log2
-            )
-            * row_norm[i]
-        )
+        top = _max_over_splits(part_ml, part, m, kv_splits)
+        l_sum = _sum_over_splits(part_ml, part, m, top, kv_splits, scale_log2)
+        h = gid * heads_per_cta + m % heads_per_cta
+        norm = _sink_norm(attn_sink, len_s[m] > 0, h, top, l_sum, scale_log2)
+        for s in range(kv_splits):
+            row_fac[i, s] = T.exp2((part_ml[part + s, 0, m] - top) * scale_log2) * norm
     for i, d in T.Parallel(merge_rows, HEAD_DIM):
         if r0 + i < rows:
             out[
@@ -1118,9 +1053,6 @@ class DSparkDraftAttnTileLangKernel(
         q_async: bool
         global_slots: bool
         dsmem_merge: bool
-        early_gather: bool
-        fused_merge: bool
-        live_partials: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -1166,9 +1098,6 @@ class DSparkDraftAttnTileLangKernel(
             q_async=cfg.q_async,
             global_slots=cfg.global_slots,
             dsmem_merge=cfg.dsmem_merge,
-            early_gather=cfg.early_gather,
-            fused_merge=cfg.fused_merge,
-            live_partials=cfg.live_partials,
         )
 
     def get_warmup_keys(
@@ -1183,7 +1112,7 @@ class DSparkDraftAttnTileLangKernel(
         capability: tuple[int, int],
     ) -> list[CompileKey]:
         # The unsplit key and, on SM90, the split ones small batches pick
-        # (launch_tile: one CTA a tile, 4 heads a CTA where that fits).
+        # (launch_tile: one CTA a KV tile, narrow tiles where they fit).
         width = dspark_index_width(window_size, num_queries)
         cfg = select_tile_config(num_heads, num_queries, capability)
         return [
@@ -1271,9 +1200,6 @@ class DSparkDraftAttnTileLangKernel(
             key.q_async,
             key.global_slots,
             key.dsmem_merge,
-            key.early_gather,
-            key.fused_merge,
-            key.live_partials,
         )
 
 
@@ -1339,7 +1265,7 @@ def _split_scratch(
     if o is None or ml is None or o.numel() < parts * m_pad * HEAD_DIM:
         if torch.cuda.is_current_stream_capturing():
             return None
-        # kv_splits_for keeps a split launch's parts <= the SM count
+        # launch_tile keeps a split launch's parts <= the SM count
         rows = max(parts, _sm_count(device)) * m_pad
         o = torch.empty(rows * HEAD_DIM, dtype=torch.float32, device=device)
         ml = torch.empty(2 * rows, dtype=torch.float32, device=device)

@@ -313,7 +313,7 @@ SWEEP_CONFIGS = tuple(
         (8, 64, 256, 1, 6),
         (4, 32, 128, 1),
         # the SM90 default with its KV tiles split over a cluster of 2 / 3 CTAs, at every size
-        # (the default picks them only while the CTAs fit on the SMs: kv_splits_for)
+        # (the default picks split tiles only while their CTAs fit on the SMs: launch_tile)
         (8, 64, 256, 1, 1, 64, False, 0, 2),
         (8, 64, 256, 1, 1, 64, False, 0, 3),
         # 32-token tiles: up to 6 splits a head group (one tile each at R = 1)

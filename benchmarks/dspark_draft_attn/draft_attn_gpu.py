@@ -330,7 +330,7 @@ SWEEP_CONFIGS = tuple(
         (8, 64, 256, 1, 1, 64, False, 0, 1, True, True),
         (8, 64, 256, 1, 1, 64, False, 0, 3, True, True),
         # the split's partial states merged through distributed shared memory (bulk copies
-        # between the cluster's CTAs) instead of L2 scratch: the SM90 default since run 18
+        # between the cluster's CTAs) instead of L2 scratch (the default in run 19 only: no faster)
         (8, 64, 256, 1, 1, 64, False, 0, 3, True, False, True),
         (8, 64, 256, 1, 1, 64, False, 0, 2, True, False, True),
         (8, 32, 256, 1, 1, 64, False, 0, 6, True, False, True),
@@ -662,7 +662,7 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             # the other split tiles whose CTAs fit the SMs, timed beside the rule's choice
             alts = {}
             for t in dc.split_tiles(cfg, b.width, cap):
-                if t != launch and r * (h // t.heads_per_cta) * t.kv_splits <= sms:
+                if t != launch and dc.launch_ctas(t, r, h) <= sms:
                     alt_fn = lambda b=b, out=out, c=t: run_kernel(b, out, tile=c)  # noqa: E731
                     alt_fn()
                     alts[f"{t.heads_per_cta}heads_{t.block_kv}kv_{t.kv_splits}splits"] = cold_graph_us([alt_fn])

@@ -4,8 +4,8 @@
 benchmarks/dspark_draft_attn/timeline.py on the patched tree's kernel: a stamped copy of the
 plain kernel writes clock64 at named points (lens / index reads, prologue, per KV tile:
 gathered, dequantised, S = QK^T, softmax; after the loop, the split's stores and cluster
-barrier, end), one launch per case with L2 hot and cold (timeline.cases: unsplit at R = 1 and
-256, split at R = 1 and 8 with each merge path and 8, 4 or 2 heads a CTA). Not a
+barrier, end), one launch per case with L2 hot and cold (timeline.cases: unsplit at R = 256,
+and at R = 1 the split over 3 CTAs with 64-token tiles against 6 with 32-token ones). Not a
 check (the stamps perturb the kernel a little); run it when tuning. Nothing here is an SM120
 result.
 """

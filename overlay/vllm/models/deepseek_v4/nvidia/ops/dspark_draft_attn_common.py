@@ -338,6 +338,11 @@ def split_tiles(
     return tiles
 
 
+def launch_ctas(tile: TileConfig, num_reqs: int, num_heads: int) -> int:
+    """CTAs of a plain-kernel launch: one per (request, head group, KV split)."""
+    return num_reqs * (num_heads // tile.heads_per_cta) * tile.kv_splits
+
+
 def launch_tile(
     cfg: TileConfig,
     num_reqs: int,
@@ -349,7 +354,7 @@ def launch_tile(
     """The tile of one launch: the first split tile (split_tiles) whose CTAs
     all get an SM while the GPU is nearly empty; else cfg unsplit."""
     for tile in split_tiles(cfg, width, capability):
-        if num_reqs * (num_heads // tile.heads_per_cta) * tile.kv_splits <= sm_count:
+        if launch_ctas(tile, num_reqs, num_heads) <= sm_count:
             return tile
     return replace(cfg, kv_splits=1)
 

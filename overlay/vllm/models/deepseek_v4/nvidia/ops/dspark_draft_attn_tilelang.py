@@ -49,6 +49,7 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     TileConfig,
     cta_queries,
     dspark_index_width,
+    launch_ctas,
     launch_tile,
     padded_rows,
     select_tile_config,
@@ -1284,7 +1285,7 @@ def launch_scratch(
     tile: TileConfig,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The part_o / part_ml arguments of one launch (_split_scratch)."""
-    parts = num_reqs * (num_heads // tile.heads_per_cta) * tile.kv_splits
+    parts = launch_ctas(tile, num_reqs, num_heads)
     return _split_scratch(
         device,
         parts if tile.kv_splits > 1 else 1,

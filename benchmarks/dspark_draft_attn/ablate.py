@@ -42,7 +42,9 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     ],
     # every gather reads slot 0 (one L2-resident token): the copies stay, DRAM traffic goes
     # (a live length of 0 inside the three gathers' slot lookups: _gather_slot gives slot 0)
-    "gather_slot0": [("t * block_kv + j,\n                    live_len,", "t * block_kv + j,\n                    0,")],
+    "gather_slot0": [
+        ("t * block_kv + j,\n                        live_len,", "t * block_kv + j,\n                        0,")
+    ],
     # at most one KV tile: (whole - one_tile) / (tiles - 1) is the cost of a tile
     "one_tile": [("live_len = T.min(max_len, width)", "live_len = T.min(max_len, block_kv)")],
     # split launches through L2 scratch (kv_splits > 1, dsmem_merge off; the same as whole
@@ -144,7 +146,7 @@ SIZES = ((1, 64), (256, 16))
 # unsplit and the split tile R = 1 takes on the H200's 132 SMs (the latter at R = 1 only: at
 # R = 256 it is never picked; runs 14-22 ablated the 8-head, 64-token split over 3 CTAs)
 _SM90 = g.dc.select_tile_config(64, 5, (9, 0))
-CONFIGS = (_SM90, g.dc.launch_tile(_SM90, 1, 64, 192, 132, (9, 0)))
+CONFIGS = (_SM90, g.dc.launch_tile(_SM90, 1, 64, 192, 132, (9, 0), 5))
 
 
 def configs_for(name: str, h: int) -> tuple:

@@ -344,7 +344,18 @@ SWEEP_CONFIGS = tuple(
         (4, 32, 256, 1, 1, 64, False, 0, 6, True),
         (2, 32, 256, 1, 1, 64, False, 0, 6, True),
     )
-)
+) + tuple(
+    # the split tiles R <= 8 takes with the L2 merge's partial outputs copied in before its
+    # factor pass (the default since run 29), and with the tile's copies issued directly too
+    # (run 29: each alone 0.4-1.3 us faster at R = 1; a third option, query 0's index row read
+    # with Q, was no faster and is gone)
+    replace(base, **opts)
+    for base in (
+        dc.TileConfig(4, 32, 256, 1, 1, 64, False, 0, 6, True),
+        dc.TileConfig(4, 64, 256, 1, 1, 64, False, 0, 3, True),
+    )
+    for opts in (dict(merge_prefetch=True), dict(direct_gather=True, merge_prefetch=True))
+) + (replace(dc.TileConfig(4, 64, 256, 1, 1, 64, False, 0, 3, True), direct_gather=True),)
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass
 # of per-element factors (25 us: the factor chain serialises the unrolled rows' L2 reads).
@@ -396,7 +407,7 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
             for n in (5, 7):
                 cfg = dc.select_tile_config(h, n, cap)
                 # and the KV splits small batches pick (launch_tile)
-                keys += [compile_key(h, n, c) for c in (cfg, *dc.split_tiles(cfg, width_for(n), cap))]
+                keys += [compile_key(h, n, c) for c in (cfg, *dc.split_tiles(cfg, width_for(n), cap, n))]
         if cap[0] != 12:
             for h, n in ((64, 5), (8, 7), (16, 5)):
                 keys.append(compile_key(h, n, dc.select_tile_config(h, n, (12, 0))))
@@ -656,12 +667,12 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             cap = torch.cuda.get_device_capability(0)
             cfg = dc.select_tile_config(h, 5, cap)
             sms = dk._sm_count(b.q.device)
-            launch = dc.launch_tile(cfg, r, h, b.width, sms, cap)
+            launch = dc.launch_tile(cfg, r, h, b.width, sms, cap, b.n)
             row["kv_splits"], row["heads_per_cta"] = launch.kv_splits, launch.heads_per_cta
             row["block_kv"] = launch.block_kv
             # the other split tiles whose CTAs fit the SMs, timed beside the rule's choice
             alts = {}
-            for t in dc.split_tiles(cfg, b.width, cap):
+            for t in dc.split_tiles(cfg, b.width, cap, b.n):
                 if t != launch and dc.launch_ctas(t, r, h) <= sms:
                     alt_fn = lambda b=b, out=out, c=t: run_kernel(b, out, tile=c)  # noqa: E731
                     alt_fn()

@@ -209,7 +209,9 @@ def test_compile_keys(kernel_module):
     # 64-token tiles, one CTA each; 4 heads a CTA, then the unsplit tile's 8)
     k90, *split = owner.get_warmup_keys(**kw, capability=(9, 0))
     assert [(k.heads_per_cta, k.block_kv, k.kv_splits) for k in split] == [(4, 32, 6), (4, 64, 3), (8, 64, 3)]
-    assert split[-1] == dataclasses.replace(k90, kv_splits=3)
+    # every split key with the merge's prefetch (the L2 merge's partial outputs copied in first)
+    assert split[-1] == dataclasses.replace(k90, kv_splits=3, merge_prefetch=True)
+    assert all(k.merge_prefetch for k in split) and not k90.merge_prefetch
     assert k90.kv_splits == 1
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))  # SM12x never splits
     assert k120.kv_splits == 1
@@ -249,15 +251,15 @@ def test_compile_keys(kernel_module):
 
 
 def test_compile_key_carries_the_kernel_variants(kernel_module):
-    """global_slots (the gathers) and dsmem_merge (the split's merge) change the generated code,
-    so they must reach the key (and the launch arguments); a key without one would serve one
-    variant's cached kernel for the other."""
+    """global_slots and direct_gather (the gathers), dsmem_merge and merge_prefetch (the split's
+    merge) change the generated code, so they must reach the key (and the launch arguments); a
+    key without one would serve one variant's cached kernel for the other."""
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
     kw = dict(num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=dc.fp8_ds_mla_page_bytes(64),
               scale=512**-0.5, capability=(9, 0))
     default = owner.dispatch(**kw)
     tile = dc.select_tile_config(16, 5, (9, 0))
-    for field in ("global_slots", "dsmem_merge"):
+    for field in ("global_slots", "dsmem_merge", "direct_gather", "merge_prefetch"):
         flip = {field: not getattr(tile, field)}
         flipped = owner.dispatch(**kw, tile=dataclasses.replace(tile, **flip))
         assert flipped == dataclasses.replace(default, **flip) and flipped != default
@@ -277,6 +279,31 @@ def test_dsmem_merge_fits_n5_not_n7():
         bad = dataclasses.replace(n7, kv_splits=3, dsmem_merge=True)
         assert dc.dsmem_merge_smem_bytes(7, bad) > dc.SM90_SMEM_BYTES
         assert any("dsmem_merge" in v for v in dc.tile_rule_violations(bad, 7))
+
+
+def test_merge_prefetch_where_its_copies_fit():
+    """Split tiles copy every split's rows of their merge slice into shared memory before the
+    factor pass (merge_prefetch, H200 run 29); the copies reuse the loop's dead buffers, so it
+    fits every split tile at N = 5 and 7 (8 heads at N = 7: 20-row slices of 3 splits, 120 KB)
+    and more than the loop's buffers counts as more.
+    Unsplit launches have no merge, so the rules refuse it there, and it never travels
+    without the L2 merge."""
+    def prefetching(n):
+        cfg = dc.select_tile_config(64, n, (9, 0))
+        return {(t.heads_per_cta, t.block_kv): t.merge_prefetch for t in dc.split_tiles(cfg, 192, (9, 0), n)}
+
+    assert prefetching(5) == prefetching(7) == {(4, 32): True, (4, 64): True, (8, 64): True}
+    assert dc._tile_smem_bytes(7, dc.split_tiles(dc.select_tile_config(64, 7, (9, 0)), 192, (9, 0), 7)[-1]) == (
+        dc.smem_bytes(7, 8, 64, 1, 64)
+    )
+    sm90 = dc.select_tile_config(64, 5, (9, 0))
+    assert not sm90.merge_prefetch and dc.tile_rule_violations(dataclasses.replace(sm90, merge_prefetch=True), 5)
+    # 64 rows over 8 splits: 8-row slices, 128 KB of copies, more than the loop's buffers
+    wide = dataclasses.replace(sm90, heads_per_cta=16, kv_splits=8, block_kv=32, merge_prefetch=True)
+    assert dc._tile_smem_bytes(4, wide) == 4 * 8 * 8 * 512 + 4 * 256 + 4096 > dc.smem_bytes(4, 16, 32, 1, 64)
+    both = dataclasses.replace(sm90, heads_per_cta=4, kv_splits=3, merge_prefetch=True, dsmem_merge=True)
+    assert dc.tile_rule_violations(both, 5)
+    assert dc.tile_rule_violations(dataclasses.replace(sm90, direct_gather=True), 5)  # unsplit
 
 
 def test_timeline_stamps_edit_the_current_kernel():
@@ -352,7 +379,7 @@ def test_launch_tile_takes_the_finest_split_that_fits():
     default tile. Never on SM12x (untested there) or the warp-specialised kernel."""
     cfg = dc.select_tile_config(64, 5, (9, 0))  # 8 heads a CTA, 64-token tiles
     shape = lambda t: (t.heads_per_cta, t.block_kv, t.kv_splits)  # noqa: E731
-    got = {r: shape(dc.launch_tile(cfg, r, 64, 192, 132, (9, 0))) for r in (1, 2, 3, 5, 6, 64)}
+    got = {r: shape(dc.launch_tile(cfg, r, 64, 192, 132, (9, 0), 5)) for r in (1, 2, 3, 5, 6, 64)}
     assert got == {
         1: (4, 32, 6),  # 96 CTAs
         2: (4, 64, 3),  # 32-token: 192 CTAs
@@ -361,18 +388,19 @@ def test_launch_tile_takes_the_finest_split_that_fits():
         6: (8, 64, 1),  # 144 even with 8 heads
         64: (8, 64, 1),
     }
-    assert dc.launch_tile(cfg, 64, 64, 192, 132, (9, 0)) == cfg
-    at16 = {r: shape(dc.launch_tile(cfg, r, 16, 192, 132, (9, 0))) for r in (1, 5, 8, 11, 12, 22, 23)}
+    assert dc.launch_tile(cfg, 64, 64, 192, 132, (9, 0), 5) == cfg
+    at16 = {r: shape(dc.launch_tile(cfg, r, 16, 192, 132, (9, 0), 5)) for r in (1, 5, 8, 11, 12, 22, 23)}
     assert at16 == {
         1: (4, 32, 6), 5: (4, 32, 6), 8: (4, 64, 3), 11: (4, 64, 3), 12: (8, 64, 3), 22: (8, 64, 3),
         23: (8, 64, 1),
     }
     # a 2-tile index row (a shorter window): 4 32-token splits
-    assert shape(dc.launch_tile(cfg, 1, 64, 128, 132, (9, 0))) == (4, 32, 4)
-    for t in dc.split_tiles(cfg, 192, (9, 0)):
-        assert dc.tile_rule_violations(t, 5) == [] and dc.tile_rule_violations(t, 7) == []
-    assert dc.launch_tile(dc.select_tile_config(64, 5, (12, 0)), 1, 64, 192, 188, (12, 0)).kv_splits == 1
-    assert dc.split_tiles(dc.warp_specialized_config(64, 5), 192, (9, 0)) == []
+    assert shape(dc.launch_tile(cfg, 1, 64, 128, 132, (9, 0), 5)) == (4, 32, 4)
+    for n in (5, 7):
+        for t in dc.split_tiles(dc.select_tile_config(64, n, (9, 0)), 192, (9, 0), n):
+            assert dc.tile_rule_violations(t, n) == []
+    assert dc.launch_tile(dc.select_tile_config(64, 5, (12, 0)), 1, 64, 192, 188, (12, 0), 5).kv_splits == 1
+    assert dc.split_tiles(dc.warp_specialized_config(64, 5), 192, (9, 0), 5) == []
     assert dc.tile_rule_violations(dataclasses.replace(cfg, kv_splits=9), 5)  # not a cluster
     ws = dataclasses.replace(dc.warp_specialized_config(16, 5), kv_splits=2)
     assert dc.tile_rule_violations(ws, 5)

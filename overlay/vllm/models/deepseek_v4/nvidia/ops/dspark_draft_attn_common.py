@@ -108,6 +108,15 @@ class TileConfig:
     # H200 but no faster there (run 18: moving the states costs the same), so
     # off by default; fits N = 5 only (dsmem_merge_smem_bytes)
     dsmem_merge: bool = False
+    # plain kernel, split launches (one KV tile a CTA): the tile's copies
+    # issued directly (every slot read first, 16-byte copies, no CTA barrier
+    # between them) instead of by TileLang's pipeline
+    direct_gather: bool = False
+    # plain kernel, split launches, L2 merge: every split's rows of the CTA's
+    # merge copied into shared memory before the factor pass, so the two L2
+    # reads overlap (H200 run 29: R = 1 0.8-1.3 us faster; split_tiles sets
+    # it where it fits)
+    merge_prefetch: bool = False
 
 
 def cta_queries(num_queries: int, cfg: TileConfig) -> int:
@@ -177,6 +186,16 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append(f"reduce_batch {cfg.reduce_batch} does not divide a thread's rows")
     if not 1 <= cfg.kv_splits <= MAX_KV_SPLITS:
         bad.append(f"kv_splits {cfg.kv_splits} is not a cluster size in 1..8")
+    if cfg.direct_gather and cfg.kv_splits == 1:
+        bad.append("direct_gather is for split launches (one KV tile a CTA)")
+    if cfg.merge_prefetch and (
+        cfg.kv_splits == 1
+        or cfg.dsmem_merge
+        or _merge_slice_rows(num_queries, cfg) * cfg.kv_splits > rows
+    ):
+        bad.append("merge_prefetch copies whole merge slices of the L2 scratch")
+    if cfg.merge_prefetch and _tile_smem_bytes(num_queries, cfg) > SM90_SMEM_BYTES:
+        bad.append(f"merge_prefetch needs {_tile_smem_bytes(num_queries, cfg)} B")
     merge_bytes = dsmem_merge_smem_bytes(num_queries, cfg)
     if cfg.dsmem_merge and merge_bytes > SM90_SMEM_BYTES:
         bad.append(f"dsmem_merge needs {merge_bytes} B of shared memory")
@@ -207,12 +226,26 @@ def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     return bad
 
 
+def _merge_slice_rows(num_queries: int, cfg: TileConfig) -> int:
+    """Rows of the output one CTA of a split launch merges (even with
+    merge_prefetch, as the kernel rounds them)."""
+    rows = -(-cta_queries(num_queries, cfg) * cfg.heads_per_cta // cfg.kv_splits)
+    return rows + rows % 2 if cfg.merge_prefetch else rows
+
+
 def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
     if cfg.warp_specialized:
         return ws_smem_bytes(cfg.block_kv, cfg.num_stages)
-    return smem_bytes(
+    loop = smem_bytes(
         num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile
     )
+    if not cfg.merge_prefetch:
+        return loop
+    # every split's fp32 rows of the CTA's merge slice; TileLang places them
+    # in the loop's buffers, dead by then (sm_90a codegen: the total stays
+    # the loop's 182 KB for every split tile at N = 5 and 7)
+    prefetch = 4 * cfg.kv_splits * _merge_slice_rows(num_queries, cfg) * HEAD_DIM
+    return max(loop, prefetch + 4 * 256 + 4096)
 
 
 def warp_specialized_config(
@@ -320,11 +353,11 @@ SPLIT_TILES = ((4, 32), (4, 64), (8, 64))
 
 
 def split_tiles(
-    cfg: TileConfig, width: int, capability: tuple[int, int]
+    cfg: TileConfig, width: int, capability: tuple[int, int], num_queries: int
 ) -> list[TileConfig]:
     """The split tiles a launch of this shape may take, in SPLIT_TILES order
-    (never more heads a CTA than cfg's); [] where launches never split
-    (split_kv_splits)."""
+    (never more heads a CTA than cfg's), each with merge_prefetch where its
+    rules allow it; [] where launches never split (split_kv_splits)."""
     if split_kv_splits(cfg, width, capability) == 1:
         return []
     tiles: list[TileConfig] = []
@@ -333,6 +366,9 @@ def split_tiles(
             cfg, heads_per_cta=min(heads, cfg.heads_per_cta), block_kv=block_kv
         )
         tile = replace(tile, kv_splits=split_kv_splits(tile, width, capability))
+        prefetch = replace(tile, merge_prefetch=True)
+        if tile.kv_splits > 1 and not tile_rule_violations(prefetch, num_queries):
+            tile = prefetch
         if tile.kv_splits > 1 and tile not in tiles:
             tiles.append(tile)
     return tiles
@@ -350,10 +386,11 @@ def launch_tile(
     width: int,
     sm_count: int,
     capability: tuple[int, int],
+    num_queries: int,
 ) -> TileConfig:
     """The tile of one launch: the first split tile (split_tiles) whose CTAs
     all get an SM while the GPU is nearly empty; else cfg unsplit."""
-    for tile in split_tiles(cfg, width, capability):
+    for tile in split_tiles(cfg, width, capability, num_queries):
         if launch_ctas(tile, num_reqs, num_heads) <= sm_count:
             return tile
     return replace(cfg, kv_splits=1)

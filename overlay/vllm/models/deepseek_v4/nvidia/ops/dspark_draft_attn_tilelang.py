@@ -86,6 +86,8 @@ def dspark_draft_attn_tilelang(
     q_async: bool = False,
     global_slots: bool = False,
     dsmem_merge: bool = False,
+    direct_gather: bool = False,
+    merge_prefetch: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -102,6 +104,13 @@ def dspark_draft_attn_tilelang(
     dsmem_merge: the partial states go to the merging CTA's shared memory
     instead (one bulk async copy per pair of CTAs, an mbarrier counting the
     bytes), so no L2 round trip and no store drain at the cluster barrier.
+    direct_gather (split launches: one KV tile a CTA): each thread reads all
+    its slots from shared memory, then issues its 16-byte copies, instead of
+    the pipelined tile copies, whose shared index reads TileLang fences with
+    CTA barriers (and whose NoPE copies of a 32-token tile are 8 bytes).
+    merge_prefetch (the L2 merge): the CTA's rows of every split's partial
+    output are copied into shared memory (cp.async) before the factor pass,
+    so their L2 trip overlaps the one for the maxima and sums.
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
@@ -110,6 +119,9 @@ def dspark_draft_attn_tilelang(
     m_pad = padded_rows(num_queries, heads_per_cta, row_tile)
     # rows of the merge each CTA of a cluster writes
     merge_rows = -(-rows // kv_splits)
+    if merge_prefetch:
+        # TileLang 0.1.12 finds no layout for an odd-row slice's copy (N = 7)
+        merge_rows += merge_rows % 2
     # partial rows a split stores: up to the last live row's 16-row wgmma
     # slice, so the guard is uniform across each warp of the accumulator
     live_pad = -(-rows // 16) * 16
@@ -118,6 +130,8 @@ def dspark_draft_attn_tilelang(
     scale_log2 = scale * LOG2E
     scale_off = block_size * TOKEN_DATA_BYTES
     assert SCALE_BYTES_PER_TOKEN == 8 and scale_off % 8 == 0 and page_bytes % 8 == 0
+    # a split launch's CTA has at most one tile (split_kv_splits)
+    assert not direct_gather or kv_splits * block_kv >= width
     page_words = page_bytes // 2
     tok_words = TOKEN_DATA_BYTES // 2
 
@@ -164,6 +178,8 @@ def dspark_draft_attn_tilelang(
         l_i = T.alloc_fragment([m_pad], T.float32)
         l_tile = T.alloc_fragment([m_pad], T.float32)
         alpha = T.alloc_fragment([m_pad], T.float32)
+        if direct_gather:
+            tile_slots = T.alloc_local([_direct_copies(block_kv, threads) + 1], T.int32)
         if dsmem_merge and kv_splits > 1:
             # one arrival per CTA of the cluster sending this CTA its rows
             recv_bar = T.alloc_barrier(arrive_count=kv_splits)
@@ -226,51 +242,57 @@ def dspark_draft_attn_tilelang(
         )
         for tt in T.Pipelined(num_tiles, num_stages=num_stages):
             t = tt * kv_splits + split
-            # Gather the tile's raw bytes (slots past the live length read
-            # slot 0 and are masked below), then dequantise in shared memory,
-            # once for every row of the CTA. Plain copies, so the pipeline
-            # issues them as async copies.
-            for j, d in T.Parallel(block_kv, NOPE_DIM):
-                live_slot = _gather_slot(
-                    idx_s,
-                    indices,
-                    rid,
-                    src_row,
-                    t * block_kv + j,
-                    live_len,
-                    global_slots,
-                )
-                fp8_s[j, d] = kv_fp8[
-                    live_slot // block_size,
-                    (live_slot % block_size) * TOKEN_DATA_BYTES + d,
-                ]
-            for j in T.Parallel(block_kv):
-                live_slot = _gather_slot(
-                    idx_s,
-                    indices,
-                    rid,
-                    src_row,
-                    t * block_kv + j,
-                    live_len,
-                    global_slots,
-                )
-                scale_s[j] = kv_i64[
-                    live_slot // block_size, scale_off // 8 + live_slot % block_size
-                ]
-            for j, d in T.Parallel(block_kv, ROPE_DIM):
-                live_slot = _gather_slot(
-                    idx_s,
-                    indices,
-                    rid,
-                    src_row,
-                    t * block_kv + j,
-                    live_len,
-                    global_slots,
-                )
-                rope_s[j, d] = kv_bf16[
-                    live_slot // block_size,
-                    (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
-                ]
+            if direct_gather:
+                _direct_gather(
+                    idx_s, tile_slots, kv_fp8, kv_i64, kv_bf16, fp8_s, scale_s,
+                    rope_s, t, live_len, block_kv, block_size, threads,
+                )  # fmt: skip
+            else:
+                # Gather the tile's raw bytes (slots past the live length read
+                # slot 0 and are masked below), then dequantise in shared memory,
+                # once for every row of the CTA. Plain copies, so the pipeline
+                # issues them as async copies.
+                for j, d in T.Parallel(block_kv, NOPE_DIM):
+                    live_slot = _gather_slot(
+                        idx_s,
+                        indices,
+                        rid,
+                        src_row,
+                        t * block_kv + j,
+                        live_len,
+                        global_slots,
+                    )
+                    fp8_s[j, d] = kv_fp8[
+                        live_slot // block_size,
+                        (live_slot % block_size) * TOKEN_DATA_BYTES + d,
+                    ]
+                for j in T.Parallel(block_kv):
+                    live_slot = _gather_slot(
+                        idx_s,
+                        indices,
+                        rid,
+                        src_row,
+                        t * block_kv + j,
+                        live_len,
+                        global_slots,
+                    )
+                    scale_s[j] = kv_i64[
+                        live_slot // block_size, scale_off // 8 + live_slot % block_size
+                    ]
+                for j, d in T.Parallel(block_kv, ROPE_DIM):
+                    live_slot = _gather_slot(
+                        idx_s,
+                        indices,
+                        rid,
+                        src_row,
+                        t * block_kv + j,
+                        live_len,
+                        global_slots,
+                    )
+                    rope_s[j, d] = kv_bf16[
+                        live_slot // block_size,
+                        (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
+                    ]
             for j in T.Parallel(block_kv):
                 pos = t * block_kv + j
                 live_s[j] = (pos < live_len) & (idx_s[pos] >= 0)
@@ -407,9 +429,14 @@ def dspark_draft_attn_tilelang(
             T.sync_threads()
             T.cluster_sync()
             row_fac = T.alloc_shared([merge_rows, kv_splits], T.float32)
+            recv_o = (
+                T.alloc_shared([kv_splits, merge_rows, HEAD_DIM], T.float32)
+                if merge_prefetch
+                else None
+            )
             _merge_splits(
-                part_o, part_ml, attn_sink, len_s, out, row_fac, rid, gid,
-                split, part, heads_per_cta, rows, merge_rows, kv_splits,
+                part_o, part_ml, attn_sink, len_s, out, row_fac, recv_o, rid,
+                gid, split, part, heads_per_cta, rows, merge_rows, kv_splits,
                 scale_log2,
             )  # fmt: skip
 
@@ -422,6 +449,84 @@ def _gather_slot(idx_s, indices, rid, src_row, pos, live_len, global_slots):
     each of a thread's 16-byte cp.async copies."""
     slot = indices[rid, src_row, pos] if global_slots else idx_s[pos]
     return T.if_then_else(pos < live_len, T.max(slot, 0), 0)
+
+
+# a token's 16-byte copies: 28 of NoPE bytes, 8 of RoPE values
+_TOKEN_COPIES = NOPE_DIM // 16 + ROPE_DIM // 8
+
+
+def _direct_copies(block_kv, threads):
+    """16-byte copies one thread issues for a tile (direct_gather)."""
+    return -(-block_kv * _TOKEN_COPIES // threads)
+
+
+@T.macro
+def _direct_gather(
+    idx_s, slots, kv_fp8, kv_i64, kv_bf16, fp8_s, scale_s, rope_s, t, live_len,
+    block_kv, block_size, threads,
+):  # fmt: skip
+    """Tile t's raw bytes by cp.async, waited for: copy c of the tile is
+    token c // 36's 16-byte chunk c % 36; every slot a thread needs is read
+    from the shared row before its first copy, so no CTA barrier falls
+    between the copies. Slots past the live length read slot 0 (masked)."""
+    tx = T.get_thread_binding()
+    copies = _direct_copies(block_kv, threads)
+    nope_chunks = NOPE_DIM // 16
+    for k in T.unroll(copies):
+        slots[k] = _gather_slot(
+            idx_s, None, 0, 0,
+            t * block_kv + T.min((k * threads + tx) // _TOKEN_COPIES, block_kv - 1),
+            live_len, False,
+        )  # fmt: skip
+    slots[copies] = _gather_slot(
+        idx_s, None, 0, 0, t * block_kv + tx % block_kv, live_len, False
+    )
+    for k in T.unroll(copies):
+        c = k * threads + tx
+        if c < block_kv * _TOKEN_COPIES:
+            j = c // _TOKEN_COPIES
+            ch = c % _TOKEN_COPIES
+            page = slots[k] // block_size
+            tok = slots[k] % block_size
+            if ch < nope_chunks:
+                T.ptx_cp_async(
+                    T.access_ptr(fp8_s[j, ch * 16], "w", extent=16),
+                    T.access_ptr(
+                        kv_fp8[page, tok * TOKEN_DATA_BYTES + ch * 16], "r", extent=16
+                    ),
+                    16,
+                )
+            else:
+                T.ptx_cp_async(
+                    T.access_ptr(rope_s[j, (ch - nope_chunks) * 8], "w", extent=8),
+                    T.access_ptr(
+                        kv_bf16[
+                            page,
+                            tok * (TOKEN_DATA_BYTES // 2)
+                            + NOPE_DIM // 2
+                            + (ch - nope_chunks) * 8,
+                        ],
+                        "r",
+                        extent=8,
+                    ),
+                    8,
+                )
+    if tx < block_kv:
+        T.ptx_cp_async(
+            T.access_ptr(scale_s[tx], "w", extent=1),
+            T.access_ptr(
+                kv_i64[
+                    slots[copies] // block_size,
+                    block_size * TOKEN_DATA_BYTES // 8 + slots[copies] % block_size,
+                ],
+                "r",
+                extent=1,
+            ),
+            1,
+        )
+    T.ptx_commit_group()
+    T.ptx_wait_group(0)
+    T.sync_threads()
 
 
 # The split kernel's merge (kv_splits > 1). Defined after the kernels' first
@@ -450,6 +555,13 @@ def _weighted_sum(part_o, row_fac, part, m, i, d, kv_splits):
     return total
 
 
+def _weighted_sum_prefetched(recv_o, row_fac, i, d, kv_splits):
+    total = recv_o[0, i, d] * row_fac[i, 0]
+    for s in range(1, kv_splits):
+        total += recv_o[s, i, d] * row_fac[i, s]
+    return total
+
+
 def _sink_norm(attn_sink, live, h, top, l_sum, scale_log2):
     """1 / denominator of a merged row, the sink folded in around
     max(max, sink) as the unsplit kernel does; 0 for an empty row."""
@@ -463,15 +575,19 @@ def _sink_norm(attn_sink, live, h, top, l_sum, scale_log2):
 
 @T.macro
 def _merge_splits(
-    part_o, part_ml, attn_sink, len_s, out, row_fac, rid, gid, split, part,
-    heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
+    part_o, part_ml, attn_sink, len_s, out, row_fac, recv_o, rid, gid, split,
+    part, heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
 ):  # fmt: skip
     """Rows split * merge_rows ... of the cluster's output from the
     kv_splits partial states: rescale each to the common max, fold the sink
     (as the unsplit kernel does) and write bf16. Two passes: a thread a row
     computes the row's factors from part_ml, then every thread weighs part_o
-    with them (one barrier; all per element was slower, H200 run 23)."""
+    with them (one barrier; all per element was slower, H200 run 23).
+    recv_o (merge_prefetch): part_o's rows copied into it first, in flight
+    during the factor pass."""
     r0 = split * merge_rows
+    if recv_o is not None:
+        T.async_copy(part_o[part : part + kv_splits, r0 : r0 + merge_rows, :], recv_o)
     for i in T.Parallel(merge_rows):
         m = T.min(r0 + i, rows - 1)
         top = _max_over_splits(part_ml, part, m, kv_splits)
@@ -480,17 +596,32 @@ def _merge_splits(
         norm = _sink_norm(attn_sink, len_s[m] > 0, h, top, l_sum, scale_log2)
         for s in range(kv_splits):
             row_fac[i, s] = T.exp2((part_ml[part + s, 0, m] - top) * scale_log2) * norm
-    for i, d in T.Parallel(merge_rows, HEAD_DIM):
-        if r0 + i < rows:
-            out[
-                rid,
-                (r0 + i) // heads_per_cta,
-                gid * heads_per_cta + (r0 + i) % heads_per_cta,
-                d,
-            ] = T.cast(
-                _weighted_sum(part_o, row_fac, part, r0 + i, i, d, kv_splits),
-                T.bfloat16,
-            )
+    if recv_o is not None:
+        T.ptx_wait_group(0)
+        T.sync_threads()
+        for i, d in T.Parallel(merge_rows, HEAD_DIM):
+            if r0 + i < rows:
+                out[
+                    rid,
+                    (r0 + i) // heads_per_cta,
+                    gid * heads_per_cta + (r0 + i) % heads_per_cta,
+                    d,
+                ] = T.cast(
+                    _weighted_sum_prefetched(recv_o, row_fac, i, d, kv_splits),
+                    T.bfloat16,
+                )
+    else:
+        for i, d in T.Parallel(merge_rows, HEAD_DIM):
+            if r0 + i < rows:
+                out[
+                    rid,
+                    (r0 + i) // heads_per_cta,
+                    gid * heads_per_cta + (r0 + i) % heads_per_cta,
+                    d,
+                ] = T.cast(
+                    _weighted_sum(part_o, row_fac, part, r0 + i, i, d, kv_splits),
+                    T.bfloat16,
+                )
 
 
 # recv's padding columns (free once the copies landed) hold the merge's per
@@ -1054,6 +1185,8 @@ class DSparkDraftAttnTileLangKernel(
         q_async: bool
         global_slots: bool
         dsmem_merge: bool
+        direct_gather: bool
+        merge_prefetch: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -1099,6 +1232,8 @@ class DSparkDraftAttnTileLangKernel(
             q_async=cfg.q_async,
             global_slots=cfg.global_slots,
             dsmem_merge=cfg.dsmem_merge,
+            direct_gather=cfg.direct_gather,
+            merge_prefetch=cfg.merge_prefetch,
         )
 
     def get_warmup_keys(
@@ -1127,7 +1262,7 @@ class DSparkDraftAttnTileLangKernel(
                 capability=capability,
                 tile=tile,
             )
-            for tile in [cfg, *split_tiles(cfg, width, capability)]
+            for tile in [cfg, *split_tiles(cfg, width, capability, num_queries)]
         ]
 
     def warmup_inputs(self, compile_key: CompileKey) -> dict[str, Any]:
@@ -1201,6 +1336,8 @@ class DSparkDraftAttnTileLangKernel(
             key.q_async,
             key.global_slots,
             key.dsmem_merge,
+            key.direct_gather,
+            key.merge_prefetch,
         )
 
 
@@ -1333,7 +1470,13 @@ def dspark_draft_attention(
     unsplit = tile or select_tile_config(num_heads, num_queries, tuple(capability))
     if tile is None:
         tile = launch_tile(
-            unsplit, num_reqs, num_heads, width, _sm_count(q.device), tuple(capability)
+            unsplit,
+            num_reqs,
+            num_heads,
+            width,
+            _sm_count(q.device),
+            tuple(capability),
+            num_queries,
         )
     scratch = launch_scratch(q.device, num_reqs, num_heads, num_queries, tile)
     if scratch is None:  # first split launch inside a capture: do not split

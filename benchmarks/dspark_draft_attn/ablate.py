@@ -42,9 +42,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     ],
     # every gather reads slot 0 (one L2-resident token): the copies stay, DRAM traffic goes
     # (a live length of 0 inside the three gathers' slot lookups: _gather_slot gives slot 0)
-    "gather_slot0": [
-        ("t * block_kv + j,\n                        live_len,", "t * block_kv + j,\n                        0,")
-    ],
+    "gather_slot0": [("t * block_kv + j,\n                    live_len,", "t * block_kv + j,\n                    0,")],
     # at most one KV tile: (whole - one_tile) / (tiles - 1) is the cost of a tile
     "one_tile": [("live_len = T.min(max_len, width)", "live_len = T.min(max_len, block_kv)")],
     # split launches through L2 scratch (kv_splits > 1, dsmem_merge off; the same as whole

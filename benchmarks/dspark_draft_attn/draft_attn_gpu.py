@@ -346,16 +346,16 @@ SWEEP_CONFIGS = tuple(
     )
 ) + tuple(
     # the split tiles R <= 8 takes with the L2 merge's partial outputs copied in before its
-    # factor pass (the default since run 29), and with the tile's copies issued directly too
-    # (run 29: each alone 0.4-1.3 us faster at R = 1; a third option, query 0's index row read
-    # with Q, was no faster and is gone)
-    replace(base, **opts)
+    # factor pass (the default since run 30; the two tiles above are the same without it).
+    # Runs 29-30 also swept two options since removed: query 0's index row read with Q, and
+    # a split CTA's tile copied with 16-byte cp.async after all its slot reads (no CTA barrier
+    # between copies): each 0.4-1.1 us faster alone at R = 1, neither with the prefetch.
+    replace(base, merge_prefetch=True)
     for base in (
         dc.TileConfig(4, 32, 256, 1, 1, 64, False, 0, 6, True),
         dc.TileConfig(4, 64, 256, 1, 1, 64, False, 0, 3, True),
     )
-    for opts in (dict(merge_prefetch=True), dict(direct_gather=True, merge_prefetch=True))
-) + (replace(dc.TileConfig(4, 64, 256, 1, 1, 64, False, 0, 3, True), direct_gather=True),)
+)
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass
 # of per-element factors (25 us: the factor chain serialises the unrolled rows' L2 reads).

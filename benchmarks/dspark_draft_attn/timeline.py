@@ -148,12 +148,12 @@ def summarise(stamps) -> dict[str, Any]:
 def cases() -> list[tuple[int, int, Any]]:
     """(R, heads, tile): unsplit at R = 256, and at R = 1 the split launch R = 1 takes (4 heads
     a CTA, 32-token tiles over 6 CTAs, the merge through L2 scratch with its partial outputs
-    copied in before the factor pass), without that copy and with the tile's copies issued
-    directly too. Runs 18-20 had the dsmem_merge and 8 / 2 heads cases, run 23 two options
-    since removed, runs 24-26 64-token tiles over 3, run 29 a third option since removed."""
+    copied in before the factor pass) and without that copy. Runs 18-20 had the dsmem_merge
+    and 8 / 2 heads cases, runs 23 and 29-30 options since removed, runs 24-26 64-token tiles
+    over 3."""
     sm90 = g.dc.select_tile_config(64, 5, (9, 0))
     launch = g.dc.launch_tile(sm90, 1, 64, 192, 132, (9, 0), 5)
-    tiles = (launch, g.replace(launch, merge_prefetch=False), g.replace(launch, direct_gather=True))
+    tiles = (launch, g.replace(launch, merge_prefetch=False))
     return [(256, 16, g.replace(sm90, kv_splits=1))] + [
         (r, h, tile) for r, h in ((1, 64), (1, 16)) for tile in tiles
     ]
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, Any] = dict(R=r, H=h, heads_per_cta=cfg.heads_per_cta, kv_splits=cfg.kv_splits,
                                    block_kv=cfg.block_kv,
                                    dsmem_merge=cfg.dsmem_merge,
-                                   direct_gather=cfg.direct_gather, merge_prefetch=cfg.merge_prefetch)
+                                   merge_prefetch=cfg.merge_prefetch)
         try:
             b = g.plain_batch(r, h, 7000 + r + h)
             out = torch.empty_like(b.q)

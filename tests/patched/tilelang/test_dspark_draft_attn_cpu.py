@@ -251,15 +251,15 @@ def test_compile_keys(kernel_module):
 
 
 def test_compile_key_carries_the_kernel_variants(kernel_module):
-    """global_slots and direct_gather (the gathers), dsmem_merge and merge_prefetch (the split's
-    merge) change the generated code, so they must reach the key (and the launch arguments); a
-    key without one would serve one variant's cached kernel for the other."""
+    """global_slots (the gathers), dsmem_merge and merge_prefetch (the split's merge) change the
+    generated code, so they must reach the key (and the launch arguments); a key without one
+    would serve one variant's cached kernel for the other."""
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
     kw = dict(num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=dc.fp8_ds_mla_page_bytes(64),
               scale=512**-0.5, capability=(9, 0))
     default = owner.dispatch(**kw)
     tile = dc.select_tile_config(16, 5, (9, 0))
-    for field in ("global_slots", "dsmem_merge", "direct_gather", "merge_prefetch"):
+    for field in ("global_slots", "dsmem_merge", "merge_prefetch"):
         flip = {field: not getattr(tile, field)}
         flipped = owner.dispatch(**kw, tile=dataclasses.replace(tile, **flip))
         assert flipped == dataclasses.replace(default, **flip) and flipped != default
@@ -303,7 +303,6 @@ def test_merge_prefetch_where_its_copies_fit():
     assert dc._tile_smem_bytes(4, wide) == 4 * 8 * 8 * 512 + 4 * 256 + 4096 > dc.smem_bytes(4, 16, 32, 1, 64)
     both = dataclasses.replace(sm90, heads_per_cta=4, kv_splits=3, merge_prefetch=True, dsmem_merge=True)
     assert dc.tile_rule_violations(both, 5)
-    assert dc.tile_rule_violations(dataclasses.replace(sm90, direct_gather=True), 5)  # unsplit
 
 
 def test_timeline_stamps_edit_the_current_kernel():

@@ -108,10 +108,6 @@ class TileConfig:
     # H200 but no faster there (run 18: moving the states costs the same), so
     # off by default; fits N = 5 only (dsmem_merge_smem_bytes)
     dsmem_merge: bool = False
-    # plain kernel, split launches (one KV tile a CTA): the tile's copies
-    # issued directly (every slot read first, 16-byte copies, no CTA barrier
-    # between them) instead of by TileLang's pipeline
-    direct_gather: bool = False
     # plain kernel, split launches, L2 merge: every split's rows of the CTA's
     # merge copied into shared memory before the factor pass, so the two L2
     # reads overlap (H200 run 29: R = 1 0.8-1.3 us faster; split_tiles sets
@@ -186,8 +182,6 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append(f"reduce_batch {cfg.reduce_batch} does not divide a thread's rows")
     if not 1 <= cfg.kv_splits <= MAX_KV_SPLITS:
         bad.append(f"kv_splits {cfg.kv_splits} is not a cluster size in 1..8")
-    if cfg.direct_gather and cfg.kv_splits == 1:
-        bad.append("direct_gather is for split launches (one KV tile a CTA)")
     if cfg.merge_prefetch and (
         cfg.kv_splits == 1
         or cfg.dsmem_merge

@@ -86,7 +86,6 @@ def dspark_draft_attn_tilelang(
     q_async: bool = False,
     global_slots: bool = False,
     dsmem_merge: bool = False,
-    direct_gather: bool = False,
     merge_prefetch: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
@@ -104,10 +103,6 @@ def dspark_draft_attn_tilelang(
     dsmem_merge: the partial states go to the merging CTA's shared memory
     instead (one bulk async copy per pair of CTAs, an mbarrier counting the
     bytes), so no L2 round trip and no store drain at the cluster barrier.
-    direct_gather (split launches: one KV tile a CTA): each thread reads all
-    its slots from shared memory, then issues its 16-byte copies, instead of
-    the pipelined tile copies, whose shared index reads TileLang fences with
-    CTA barriers (and whose NoPE copies of a 32-token tile are 8 bytes).
     merge_prefetch (the L2 merge): the CTA's rows of every split's partial
     output are copied into shared memory (cp.async) before the factor pass,
     so their L2 trip overlaps the one for the maxima and sums.
@@ -130,8 +125,6 @@ def dspark_draft_attn_tilelang(
     scale_log2 = scale * LOG2E
     scale_off = block_size * TOKEN_DATA_BYTES
     assert SCALE_BYTES_PER_TOKEN == 8 and scale_off % 8 == 0 and page_bytes % 8 == 0
-    # a split launch's CTA has at most one tile (split_kv_splits)
-    assert not direct_gather or kv_splits * block_kv >= width
     page_words = page_bytes // 2
     tok_words = TOKEN_DATA_BYTES // 2
 
@@ -178,8 +171,6 @@ def dspark_draft_attn_tilelang(
         l_i = T.alloc_fragment([m_pad], T.float32)
         l_tile = T.alloc_fragment([m_pad], T.float32)
         alpha = T.alloc_fragment([m_pad], T.float32)
-        if direct_gather:
-            tile_slots = T.alloc_local([_direct_copies(block_kv, threads) + 1], T.int32)
         if dsmem_merge and kv_splits > 1:
             # one arrival per CTA of the cluster sending this CTA its rows
             recv_bar = T.alloc_barrier(arrive_count=kv_splits)
@@ -242,57 +233,51 @@ def dspark_draft_attn_tilelang(
         )
         for tt in T.Pipelined(num_tiles, num_stages=num_stages):
             t = tt * kv_splits + split
-            if direct_gather:
-                _direct_gather(
-                    idx_s, tile_slots, kv_fp8, kv_i64, kv_bf16, fp8_s, scale_s,
-                    rope_s, t, live_len, block_kv, block_size, threads,
-                )  # fmt: skip
-            else:
-                # Gather the tile's raw bytes (slots past the live length read
-                # slot 0 and are masked below), then dequantise in shared memory,
-                # once for every row of the CTA. Plain copies, so the pipeline
-                # issues them as async copies.
-                for j, d in T.Parallel(block_kv, NOPE_DIM):
-                    live_slot = _gather_slot(
-                        idx_s,
-                        indices,
-                        rid,
-                        src_row,
-                        t * block_kv + j,
-                        live_len,
-                        global_slots,
-                    )
-                    fp8_s[j, d] = kv_fp8[
-                        live_slot // block_size,
-                        (live_slot % block_size) * TOKEN_DATA_BYTES + d,
-                    ]
-                for j in T.Parallel(block_kv):
-                    live_slot = _gather_slot(
-                        idx_s,
-                        indices,
-                        rid,
-                        src_row,
-                        t * block_kv + j,
-                        live_len,
-                        global_slots,
-                    )
-                    scale_s[j] = kv_i64[
-                        live_slot // block_size, scale_off // 8 + live_slot % block_size
-                    ]
-                for j, d in T.Parallel(block_kv, ROPE_DIM):
-                    live_slot = _gather_slot(
-                        idx_s,
-                        indices,
-                        rid,
-                        src_row,
-                        t * block_kv + j,
-                        live_len,
-                        global_slots,
-                    )
-                    rope_s[j, d] = kv_bf16[
-                        live_slot // block_size,
-                        (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
-                    ]
+            # Gather the tile's raw bytes (slots past the live length read
+            # slot 0 and are masked below), then dequantise in shared memory,
+            # once for every row of the CTA. Plain copies, so the pipeline
+            # issues them as async copies.
+            for j, d in T.Parallel(block_kv, NOPE_DIM):
+                live_slot = _gather_slot(
+                    idx_s,
+                    indices,
+                    rid,
+                    src_row,
+                    t * block_kv + j,
+                    live_len,
+                    global_slots,
+                )
+                fp8_s[j, d] = kv_fp8[
+                    live_slot // block_size,
+                    (live_slot % block_size) * TOKEN_DATA_BYTES + d,
+                ]
+            for j in T.Parallel(block_kv):
+                live_slot = _gather_slot(
+                    idx_s,
+                    indices,
+                    rid,
+                    src_row,
+                    t * block_kv + j,
+                    live_len,
+                    global_slots,
+                )
+                scale_s[j] = kv_i64[
+                    live_slot // block_size, scale_off // 8 + live_slot % block_size
+                ]
+            for j, d in T.Parallel(block_kv, ROPE_DIM):
+                live_slot = _gather_slot(
+                    idx_s,
+                    indices,
+                    rid,
+                    src_row,
+                    t * block_kv + j,
+                    live_len,
+                    global_slots,
+                )
+                rope_s[j, d] = kv_bf16[
+                    live_slot // block_size,
+                    (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
+                ]
             for j in T.Parallel(block_kv):
                 pos = t * block_kv + j
                 live_s[j] = (pos < live_len) & (idx_s[pos] >= 0)
@@ -449,84 +434,6 @@ def _gather_slot(idx_s, indices, rid, src_row, pos, live_len, global_slots):
     each of a thread's 16-byte cp.async copies."""
     slot = indices[rid, src_row, pos] if global_slots else idx_s[pos]
     return T.if_then_else(pos < live_len, T.max(slot, 0), 0)
-
-
-# a token's 16-byte copies: 28 of NoPE bytes, 8 of RoPE values
-_TOKEN_COPIES = NOPE_DIM // 16 + ROPE_DIM // 8
-
-
-def _direct_copies(block_kv, threads):
-    """16-byte copies one thread issues for a tile (direct_gather)."""
-    return -(-block_kv * _TOKEN_COPIES // threads)
-
-
-@T.macro
-def _direct_gather(
-    idx_s, slots, kv_fp8, kv_i64, kv_bf16, fp8_s, scale_s, rope_s, t, live_len,
-    block_kv, block_size, threads,
-):  # fmt: skip
-    """Tile t's raw bytes by cp.async, waited for: copy c of the tile is
-    token c // 36's 16-byte chunk c % 36; every slot a thread needs is read
-    from the shared row before its first copy, so no CTA barrier falls
-    between the copies. Slots past the live length read slot 0 (masked)."""
-    tx = T.get_thread_binding()
-    copies = _direct_copies(block_kv, threads)
-    nope_chunks = NOPE_DIM // 16
-    for k in T.unroll(copies):
-        slots[k] = _gather_slot(
-            idx_s, None, 0, 0,
-            t * block_kv + T.min((k * threads + tx) // _TOKEN_COPIES, block_kv - 1),
-            live_len, False,
-        )  # fmt: skip
-    slots[copies] = _gather_slot(
-        idx_s, None, 0, 0, t * block_kv + tx % block_kv, live_len, False
-    )
-    for k in T.unroll(copies):
-        c = k * threads + tx
-        if c < block_kv * _TOKEN_COPIES:
-            j = c // _TOKEN_COPIES
-            ch = c % _TOKEN_COPIES
-            page = slots[k] // block_size
-            tok = slots[k] % block_size
-            if ch < nope_chunks:
-                T.ptx_cp_async(
-                    T.access_ptr(fp8_s[j, ch * 16], "w", extent=16),
-                    T.access_ptr(
-                        kv_fp8[page, tok * TOKEN_DATA_BYTES + ch * 16], "r", extent=16
-                    ),
-                    16,
-                )
-            else:
-                T.ptx_cp_async(
-                    T.access_ptr(rope_s[j, (ch - nope_chunks) * 8], "w", extent=8),
-                    T.access_ptr(
-                        kv_bf16[
-                            page,
-                            tok * (TOKEN_DATA_BYTES // 2)
-                            + NOPE_DIM // 2
-                            + (ch - nope_chunks) * 8,
-                        ],
-                        "r",
-                        extent=8,
-                    ),
-                    8,
-                )
-    if tx < block_kv:
-        T.ptx_cp_async(
-            T.access_ptr(scale_s[tx], "w", extent=1),
-            T.access_ptr(
-                kv_i64[
-                    slots[copies] // block_size,
-                    block_size * TOKEN_DATA_BYTES // 8 + slots[copies] % block_size,
-                ],
-                "r",
-                extent=1,
-            ),
-            1,
-        )
-    T.ptx_commit_group()
-    T.ptx_wait_group(0)
-    T.sync_threads()
 
 
 # The split kernel's merge (kv_splits > 1). Defined after the kernels' first
@@ -1185,7 +1092,6 @@ class DSparkDraftAttnTileLangKernel(
         q_async: bool
         global_slots: bool
         dsmem_merge: bool
-        direct_gather: bool
         merge_prefetch: bool
 
     @staticmethod
@@ -1232,7 +1138,6 @@ class DSparkDraftAttnTileLangKernel(
             q_async=cfg.q_async,
             global_slots=cfg.global_slots,
             dsmem_merge=cfg.dsmem_merge,
-            direct_gather=cfg.direct_gather,
             merge_prefetch=cfg.merge_prefetch,
         )
 
@@ -1336,7 +1241,6 @@ class DSparkDraftAttnTileLangKernel(
             key.q_async,
             key.global_slots,
             key.dsmem_merge,
-            key.direct_gather,
             key.merge_prefetch,
         )
 

@@ -354,7 +354,15 @@ SWEEP_CONFIGS = tuple(
     for base in (
         dc.TileConfig(4, 32, 256, 1, 1, 64, False, 0, 6, True),
         dc.TileConfig(4, 64, 256, 1, 1, 64, False, 0, 3, True),
+        # 16 heads x 1 query a CTA (16 rows: one warp a warpgroup stores the partial state)
+        dc.TileConfig(16, 32, 256, 1, 1, 64, False, 1, 6, True),
+        dc.TileConfig(16, 64, 256, 1, 1, 64, False, 1, 3, True),
     )
+) + (
+    # wide head groups, as many queries as fill the 64-row wgmma tile (_fill_wgmma_rows:
+    # the unsplit default at 64 and 32 heads since run 32)
+    dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True),
+    dc.TileConfig(16, 64, 256, 1, 1, 64, False, 4, 1, True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass
@@ -408,6 +416,9 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
                 cfg = dc.select_tile_config(h, n, cap)
                 # and the KV splits small batches pick (launch_tile)
                 keys += [compile_key(h, n, c) for c in (cfg, *dc.split_tiles(cfg, width_for(n), cap, n))]
+                if dc.cta_queries(n, cfg) < n and n == 5:
+                    # the bench's same-run baseline: 8 heads x all queries a CTA
+                    keys.append(compile_key(h, n, replace(cfg, heads_per_cta=8, queries_per_cta=0)))
         if cap[0] != 12:
             for h, n in ((64, 5), (8, 7), (16, 5)):
                 keys.append(compile_key(h, n, dc.select_tile_config(h, n, (12, 0))))
@@ -669,11 +680,17 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             sms = dk._sm_count(b.q.device)
             launch = dc.launch_tile(cfg, r, h, b.width, sms, cap, b.n)
             row["kv_splits"], row["heads_per_cta"] = launch.kv_splits, launch.heads_per_cta
-            row["block_kv"] = launch.block_kv
+            row["block_kv"], row["queries_per_cta"] = launch.block_kv, dc.cta_queries(b.n, launch)
+            if row["queries_per_cta"] < b.n:
+                # the previous default (8 heads x all queries a CTA), timed in the same run
+                narrow = replace(launch, heads_per_cta=8, queries_per_cta=0)
+                narrow_fn = lambda b=b, out=out, c=narrow: run_kernel(b, out, tile=c)  # noqa: E731
+                narrow_fn()
+                row["tilelang_8heads_all_queries_graph_cold_1layer_us"] = cold_graph_us([narrow_fn])
             # the other split tiles whose CTAs fit the SMs, timed beside the rule's choice
             alts = {}
             for t in dc.split_tiles(cfg, b.width, cap, b.n):
-                if t != launch and dc.launch_ctas(t, r, h) <= sms:
+                if t != launch and dc.launch_ctas(t, r, h, b.n) <= sms:
                     alt_fn = lambda b=b, out=out, c=t: run_kernel(b, out, tile=c)  # noqa: E731
                     alt_fn()
                     alts[f"{t.heads_per_cta}heads_{t.block_kv}kv_{t.kv_splits}splits"] = cold_graph_us([alt_fn])

@@ -64,7 +64,7 @@ def _edits() -> list[tuple[str, str]]:
     return [
         (f"{i8}if q_async:\n{i8}    # Q first", f"{i8}T.import_source({_GLOBALTIMER!r})\n"
          + _stamp(i8, str(GT_ENTRY), "dspark_globaltimer") + _stamp(i8, str(POINTS["entry"]))),
-        (f"{i8}# Row m of the CTA is query m // heads_per_cta", _stamp(i8, str(POINTS["lens_idx"]))),
+        (f"{i8}# Row m of the CTA is query q0 + m // heads_per_cta", _stamp(i8, str(POINTS["lens_idx"]))),
         (f"{i8}# num_stages > 1: the raw bytes", _stamp(i8, str(POINTS["prologue"]))),
         (f"{i12}t = tt * kv_splits + split\n", _stamp(i12, tile(0))),
         (f"{i12}for m, j in T.Parallel(m_pad, block_kv):\n{i12}    acc_s[m, j] = T.if_then_else(",
@@ -90,7 +90,7 @@ def stamped_source() -> str:
     for old, new in (
         ("    part_ml,\n    num_heads: int,", "    part_ml,\n    stamps,\n    num_heads: int,"),
         ("    part_ml: T.Tensor[[num_parts, 2, m_pad], T.float32]",
-         f"    stamps: T.Tensor[[num_reqs, num_heads // heads_per_cta * kv_splits, {SLOTS}], T.int64]  # type: ignore\n"
+         f"    stamps: T.Tensor[[num_reqs, head_groups * q_groups * kv_splits, {SLOTS}], T.int64]  # type: ignore\n"
          "    part_ml: T.Tensor[[num_parts, 2, m_pad], T.float32]"),
     ):
         if src.count(old) != 1:
@@ -154,7 +154,7 @@ def cases() -> list[tuple[int, int, Any]]:
     sm90 = g.dc.select_tile_config(64, 5, (9, 0))
     launch = g.dc.launch_tile(sm90, 1, 64, 192, 132, (9, 0), 5)
     tiles = (launch, g.replace(launch, merge_prefetch=False))
-    return [(256, 16, g.replace(sm90, kv_splits=1))] + [
+    return [(256, 16, g.dc.select_tile_config(16, 5, (9, 0)))] + [
         (r, h, tile) for r, h in ((1, 64), (1, 16)) for tile in tiles
     ]
 
@@ -164,7 +164,7 @@ def _compile(job: tuple[int, Any]) -> None:
     import torch
 
     b = g.plain_batch(1, h, 7000 + h)
-    stamps = torch.full((1, h // cfg.heads_per_cta * cfg.kv_splits, SLOTS), -1, dtype=torch.int64, device="cuda")
+    stamps = torch.full((1, g.dc.launch_ctas(cfg, 1, h, 5), SLOTS), -1, dtype=torch.int64, device="cuda")
     jit_stamped().compile(*stamped_args(b, torch.empty_like(b.q), cfg, stamps))
 
 
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             b = g.plain_batch(r, h, 7000 + r + h)
             out = torch.empty_like(b.q)
-            stamps = torch.full((r, h // cfg.heads_per_cta * cfg.kv_splits, SLOTS), -1,
+            stamps = torch.full((r, g.dc.launch_ctas(cfg, 1, h, 5), SLOTS), -1,
                                 dtype=torch.int64, device="cuda")
             args = stamped_args(b, out, cfg, stamps)
             for _ in range(5):

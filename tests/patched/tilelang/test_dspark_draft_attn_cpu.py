@@ -269,10 +269,15 @@ def test_dsmem_merge_fits_n5_not_n7():
     """The split merge through distributed shared memory holds a CTA's partial state and the
     rows it receives at once (fp32, 516 columns a row): N = 5 (40 rows) fits SM90's 227 KiB at
     every split size, N = 7 (56 rows, 57 at 3 splits: 235 KB) does not, and the tile rules
-    (which the sweep's shapes must pass) say so."""
+    (which the sweep's shapes must pass) say so. It takes all of a request's queries a CTA
+    (8 heads x N rows), so the wide unsplit tiles (64 heads x 1 query) are refused it."""
     for h in (64, 32, 16, 8):
         n5, n7 = dc.select_tile_config(h, 5, (9, 0)), dc.select_tile_config(h, 7, (9, 0))
         assert not n5.dsmem_merge and not n7.dsmem_merge  # measured no faster: not the default
+        if dc.cta_queries(5, n5) < 5:
+            wide = dataclasses.replace(n5, kv_splits=3, dsmem_merge=True)
+            assert "dsmem_merge takes all of a request's queries a CTA" in dc.tile_rule_violations(wide, 5)
+        n5, n7 = (dataclasses.replace(c, heads_per_cta=8, queries_per_cta=0) for c in (n5, n7))
         for k in range(2, dc.MAX_KV_SPLITS + 1):
             ok = dataclasses.replace(n5, kv_splits=k, dsmem_merge=True)
             assert dc.tile_rule_violations(ok, 5) == []
@@ -299,7 +304,9 @@ def test_merge_prefetch_where_its_copies_fit():
     sm90 = dc.select_tile_config(64, 5, (9, 0))
     assert not sm90.merge_prefetch and dc.tile_rule_violations(dataclasses.replace(sm90, merge_prefetch=True), 5)
     # 64 rows over 8 splits: 8-row slices, 128 KB of copies, more than the loop's buffers
-    wide = dataclasses.replace(sm90, heads_per_cta=16, kv_splits=8, block_kv=32, merge_prefetch=True)
+    wide = dataclasses.replace(
+        sm90, heads_per_cta=16, queries_per_cta=0, kv_splits=8, block_kv=32, merge_prefetch=True
+    )
     assert dc._tile_smem_bytes(4, wide) == 4 * 8 * 8 * 512 + 4 * 256 + 4096 > dc.smem_bytes(4, 16, 32, 1, 64)
     both = dataclasses.replace(sm90, heads_per_cta=4, kv_splits=3, merge_prefetch=True, dsmem_merge=True)
     assert dc.tile_rule_violations(both, 5)
@@ -371,23 +378,52 @@ def test_sweep_shapes_follow_the_tile_rules():
         assert dc.tile_rule_violations(cfg, 5) == [], cfg
 
 
+def test_wide_head_groups_fill_the_wgmma_tile():
+    """SM90's unsplit tile takes the widest head group with as many queries as fill the 64-row
+    wgmma tile wherever that needs fewer CTAs a request than 8 heads x N queries (40 of 64 rows
+    live at N = 5): 64 heads x 1 query (5 CTAs, not 8), 32 x 2 (3, not 4; the last CTA holds
+    one query). Where it saves none (16 and 8 heads, 32 heads at N = 7) the measured 8-head tile
+    stays, and SM12x (mma.sync, 16-row tiles) is untouched."""
+    want = {
+        (64, 5): (64, 1, 5), (32, 5): (32, 2, 3), (16, 5): (8, 5, 2), (8, 5): (8, 5, 1),
+        (64, 7): (64, 1, 7), (32, 7): (8, 7, 4), (16, 7): (8, 7, 2), (8, 7): (8, 7, 1),
+    }
+    for (h, n), (heads, queries, ctas) in want.items():
+        cfg = dc.select_tile_config(h, n, (9, 0))
+        assert (cfg.heads_per_cta, dc.cta_queries(n, cfg), dc.launch_ctas(cfg, 1, h, n)) == (heads, queries, ctas)
+        assert dc.launch_ctas(cfg, 3, h, n) == 3 * ctas
+        assert dc.tile_rule_violations(cfg, n) == []
+        rows = dc.padded_rows(dc.cta_queries(n, cfg), cfg.heads_per_cta, cfg.row_tile)
+        assert rows == 64 and rows * dc.HEAD_DIM // cfg.threads <= 128
+        # split launches keep the measured 4 / 8-head tiles with all of the request's queries
+        for t in dc.split_tiles(cfg, 192, (9, 0), n):
+            assert t.queries_per_cta == 0 and t.heads_per_cta in (4, 8)
+    for h in (64, 32, 16, 8):
+        sm12x = dc.select_tile_config(h, 5, (12, 0))
+        assert (sm12x.heads_per_cta, sm12x.queries_per_cta) == (4, 0)
+    assert dc.query_groups(5, 0) == (5, 1) and dc.query_groups(5, 2) == (2, 3)
+    assert dc.query_groups(5, 9) == (5, 1)
+
+
 def test_launch_tile_takes_the_finest_split_that_fits():
     """Small batches give every KV tile of a head group a CTA of its own, with the finest
     split tile (SPLIT_TILES: 4 heads and 32-token tiles, then 64-token, then 8 heads) whose
     CTAs all get an SM (132 on the H200); past that no split, the unsplit launch keeping the
     default tile. Never on SM12x (untested there) or the warp-specialised kernel."""
-    cfg = dc.select_tile_config(64, 5, (9, 0))  # 8 heads a CTA, 64-token tiles
-    shape = lambda t: (t.heads_per_cta, t.block_kv, t.kv_splits)  # noqa: E731
+    cfg = dc.select_tile_config(64, 5, (9, 0))  # 64 heads x 1 query a CTA, 64-token tiles
+    shape = lambda t: (t.heads_per_cta, dc.cta_queries(5, t), t.block_kv, t.kv_splits)  # noqa: E731
     got = {r: shape(dc.launch_tile(cfg, r, 64, 192, 132, (9, 0), 5)) for r in (1, 2, 3, 5, 6, 64)}
     assert got == {
-        1: (4, 32, 6),  # 96 CTAs
-        2: (4, 64, 3),  # 32-token: 192 CTAs
-        3: (8, 64, 3),  # 4 heads: 144
-        5: (8, 64, 3),  # 120
-        6: (8, 64, 1),  # 144 even with 8 heads
-        64: (8, 64, 1),
+        1: (4, 5, 32, 6),  # 96 CTAs; split tiles take all of a request's queries
+        2: (4, 5, 64, 3),  # 32-token: 192 CTAs
+        3: (8, 5, 64, 3),  # 4 heads: 144
+        5: (8, 5, 64, 3),  # 120
+        6: (64, 1, 64, 1),  # 144 even with 8 heads: unsplit, 5 CTAs a request
+        64: (64, 1, 64, 1),
     }
     assert dc.launch_tile(cfg, 64, 64, 192, 132, (9, 0), 5) == cfg
+    shape = lambda t: (t.heads_per_cta, t.block_kv, t.kv_splits)  # noqa: E731
+    cfg = dc.select_tile_config(16, 5, (9, 0))  # 8 heads x 5 queries: 2 CTAs a request
     at16 = {r: shape(dc.launch_tile(cfg, r, 16, 192, 132, (9, 0), 5)) for r in (1, 5, 8, 11, 12, 22, 23)}
     assert at16 == {
         1: (4, 32, 6), 5: (4, 32, 6), 8: (4, 64, 3), 11: (4, 64, 3), 12: (8, 64, 3), 22: (8, 64, 3),

@@ -33,3 +33,14 @@ def test_sm12x_tile_configuration_semantics():
 def test_cuda_graph_rewrite_and_replay():
     res = g.check_graph(8, 16, 5, seed=3)
     assert res["ok"], res
+
+
+@pytest.mark.parametrize("num_heads,num_queries,queries_per_cta", [(32, 5, 2), (16, 5, 4), (64, 7, 1)])
+def test_wide_head_groups(num_heads, num_queries, queries_per_cta):
+    # unsplit tiles of a wide head group x a few queries (SM90's default at 64 and 32 heads, where
+    # large batches take it); a request's last CTA holds fewer queries at 32 x 2 and 16 x 4 (N = 5)
+    tile = g.dc.TileConfig(num_heads, 64, 256, 1, 1, 64, False, queries_per_cta, 1, True)
+    assert g.dc.tile_rule_violations(tile, num_queries) == []
+    res = g.check_case(3, num_heads, num_queries, seed=41 + num_heads, tile=tile)
+    assert res["finite"] and res["empty_rows_exact_zero"] and res["bitwise_repeatable"], res
+    assert res["ok"], res

@@ -30,8 +30,10 @@ _NEG_LARGE = -(2.0**30)
 SM120_SMEM_BYTES = 101_376
 # H100/H200 (SM90) opt-in shared memory per block.
 SM90_SMEM_BYTES = 232_448
+# Rows of one wgmma M tile (TileLang's SM90 GEMMs here: 64 rows a warpgroup).
+WGMMA_ROWS = 64
 # Rows of one warp-specialised CTA: one wgmma M tile.
-WS_ROWS = 64
+WS_ROWS = WGMMA_ROWS
 # Largest portable thread-block cluster (the KV splits of one head group).
 MAX_KV_SPLITS = 8
 # A split's partial state row in shared memory (dsmem_merge): O, its max and
@@ -92,6 +94,9 @@ class TileConfig:
     # multiply this one; a CTA takes queries_per_cta of the request's
     # queries (0 = all) x heads_per_cta heads, <= 64 rows.
     warp_specialized: bool = False
+    # both kernels: a CTA takes this many of the request's consecutive
+    # queries (0 = all N), so the plain kernel's wide head groups (64 heads x
+    # 1 query) fill the 64-row wgmma tile (_fill_wgmma_rows)
     queries_per_cta: int = 0
     # plain kernel only: the KV tiles of a (request, head group) dealt to
     # this many CTAs of one cluster, merged at the end (launch_tile)
@@ -115,9 +120,16 @@ class TileConfig:
     merge_prefetch: bool = False
 
 
+def query_groups(num_queries: int, queries_per_cta: int) -> tuple[int, int]:
+    """(queries a CTA, CTAs a request and head group) for queries_per_cta
+    (0 = all of the request's)."""
+    per_cta = min(queries_per_cta or num_queries, num_queries)
+    return per_cta, -(-num_queries // per_cta)
+
+
 def cta_queries(num_queries: int, cfg: TileConfig) -> int:
-    """Queries one CTA handles (the plain kernel: all of the request's)."""
-    return min(cfg.queries_per_cta or num_queries, num_queries)
+    """Queries one CTA handles (0 in the config: all of the request's)."""
+    return query_groups(num_queries, cfg.queries_per_cta)[0]
 
 
 def dsmem_merge_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
@@ -160,7 +172,7 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     """
     if cfg.warp_specialized:
         return _ws_rule_violations(cfg, num_queries)
-    rows = padded_rows(num_queries, cfg.heads_per_cta, cfg.row_tile)
+    rows = padded_rows(cta_queries(num_queries, cfg), cfg.heads_per_cta, cfg.row_tile)
     bad = []
     if cfg.row_tile == 64:
         if cfg.threads % 128:
@@ -190,6 +202,8 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append("merge_prefetch copies whole merge slices of the L2 scratch")
     if cfg.merge_prefetch and _tile_smem_bytes(num_queries, cfg) > SM90_SMEM_BYTES:
         bad.append(f"merge_prefetch needs {_tile_smem_bytes(num_queries, cfg)} B")
+    if cfg.dsmem_merge and cta_queries(num_queries, cfg) < num_queries:
+        bad.append("dsmem_merge takes all of a request's queries a CTA")
     merge_bytes = dsmem_merge_smem_bytes(num_queries, cfg)
     if cfg.dsmem_merge and merge_bytes > SM90_SMEM_BYTES:
         bad.append(f"dsmem_merge needs {merge_bytes} B of shared memory")
@@ -231,7 +245,11 @@ def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
     if cfg.warp_specialized:
         return ws_smem_bytes(cfg.block_kv, cfg.num_stages)
     loop = smem_bytes(
-        num_queries, cfg.heads_per_cta, cfg.block_kv, cfg.num_stages, cfg.row_tile
+        cta_queries(num_queries, cfg),
+        cfg.heads_per_cta,
+        cfg.block_kv,
+        cfg.num_stages,
+        cfg.row_tile,
     )
     if not cfg.merge_prefetch:
         return loop
@@ -314,12 +332,34 @@ def select_tile_config(
         and cfg.heads_per_cta > 1
     ):
         cfg = replace(cfg, heads_per_cta=cfg.heads_per_cta // 2)
+    if cfg.row_tile == WGMMA_ROWS:
+        cfg = _fill_wgmma_rows(cfg, num_heads, num_queries)
     while _tile_smem_bytes(num_queries, cfg) > budget and cfg.num_stages > 1:
         cfg = replace(cfg, num_stages=cfg.num_stages - 1)
     if _tile_smem_bytes(num_queries, replace(cfg, num_stages=1)) > budget:
         raise ValueError(
             f"no tile for num_queries={num_queries} fits {budget} B of shared memory"
         )
+    return cfg
+
+
+def _fill_wgmma_rows(cfg: TileConfig, num_heads: int, num_queries: int) -> TileConfig:
+    """The widest head group (<= 64 heads) with as many queries as fill the
+    64-row wgmma tile, where that needs fewer CTAs a request than cfg: at
+    N = 5, 64 heads x 1 query (5 CTAs, 64 live rows each) instead of 8 heads x
+    5 queries (8 CTAs, 40 of 64 rows live), 32 x 2 (3 instead of 4). A CTA's
+    chain costs about the same at 40 or 64 live rows (the GEMMs are 64 rows
+    either way), so large batches finish in fewer waves."""
+    heads = max(h for h in range(8, WGMMA_ROWS + 1, 8) if num_heads % h == 0)
+    wide = replace(
+        cfg,
+        heads_per_cta=heads,
+        queries_per_cta=max(1, min(num_queries, WGMMA_ROWS // heads)),
+    )
+    if launch_ctas(wide, 1, num_heads, num_queries) < launch_ctas(
+        cfg, 1, num_heads, num_queries
+    ):
+        return wide
     return cfg
 
 
@@ -343,7 +383,7 @@ def split_kv_splits(cfg: TileConfig, width: int, capability: tuple[int, int]) ->
 # 12.1 / 11.3 us at 64 / 16 heads, 64-token over 3 13.4 / 13.3; R = 2 at 64
 # heads and R = 8 at 16 (96 CTAs with 4 heads): 64-token, 4 heads 15.4-15.5,
 # 8 heads 16.3, and 32-token over 6 (192 CTAs, more than the SMs) 21.8-22.4.
-SPLIT_TILES = ((4, 32), (4, 64), (8, 64))
+SPLIT_TILES = ((4, 32), (4, 64), (8, 64))  # with all of the request's queries
 
 
 def split_tiles(
@@ -357,7 +397,10 @@ def split_tiles(
     tiles: list[TileConfig] = []
     for heads, block_kv in SPLIT_TILES:
         tile = replace(
-            cfg, heads_per_cta=min(heads, cfg.heads_per_cta), block_kv=block_kv
+            cfg,
+            heads_per_cta=min(heads, cfg.heads_per_cta),
+            queries_per_cta=0,
+            block_kv=block_kv,
         )
         tile = replace(tile, kv_splits=split_kv_splits(tile, width, capability))
         prefetch = replace(tile, merge_prefetch=True)
@@ -368,9 +411,13 @@ def split_tiles(
     return tiles
 
 
-def launch_ctas(tile: TileConfig, num_reqs: int, num_heads: int) -> int:
-    """CTAs of a plain-kernel launch: one per (request, head group, KV split)."""
-    return num_reqs * (num_heads // tile.heads_per_cta) * tile.kv_splits
+def launch_ctas(
+    tile: TileConfig, num_reqs: int, num_heads: int, num_queries: int
+) -> int:
+    """CTAs of a plain-kernel launch: one per (request, query group, head
+    group, KV split)."""
+    q_groups = query_groups(num_queries, tile.queries_per_cta)[1]
+    return num_reqs * q_groups * (num_heads // tile.heads_per_cta) * tile.kv_splits
 
 
 def launch_tile(
@@ -385,7 +432,7 @@ def launch_tile(
     """The tile of one launch: the first split tile (split_tiles) whose CTAs
     all get an SM while the GPU is nearly empty; else cfg unsplit."""
     for tile in split_tiles(cfg, width, capability, num_queries):
-        if launch_ctas(tile, num_reqs, num_heads) <= sm_count:
+        if launch_ctas(tile, num_reqs, num_heads, num_queries) <= sm_count:
             return tile
     return replace(cfg, kv_splits=1)
 

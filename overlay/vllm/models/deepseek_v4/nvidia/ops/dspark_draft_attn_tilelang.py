@@ -52,6 +52,7 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     launch_ctas,
     launch_tile,
     padded_rows,
+    query_groups,
     select_tile_config,
     split_tiles,
 )
@@ -87,6 +88,7 @@ def dspark_draft_attn_tilelang(
     global_slots: bool = False,
     dsmem_merge: bool = False,
     merge_prefetch: bool = False,
+    queries_per_cta: int = 0,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -106,12 +108,20 @@ def dspark_draft_attn_tilelang(
     merge_prefetch (the L2 merge): the CTA's rows of every split's partial
     output are copied into shared memory (cp.async) before the factor pass,
     so their L2 trip overlaps the one for the maxima and sums.
+    queries_per_cta (0 = all N): a CTA takes that many consecutive queries
+    of its head group, so 64 heads x 1 query fill a 64-row wgmma tile that
+    8 heads x 5 queries fill to 40 rows (fewer CTAs for the same work).
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
     num_parts = T.dynamic("num_parts")
-    rows = num_queries * heads_per_cta
-    m_pad = padded_rows(num_queries, heads_per_cta, row_tile)
+    # (a Python call: TileLang's parser would turn `or` into a TIR Or here)
+    qpc, q_groups = query_groups(num_queries, queries_per_cta)
+    head_groups = num_heads // heads_per_cta
+    # the CTA's rows (the last query group may have fewer live ones)
+    rows = qpc * heads_per_cta
+    m_pad = padded_rows(qpc, heads_per_cta, row_tile)
+    assert not (dsmem_merge and q_groups > 1), "dsmem_merge takes all queries"
     # rows of the merge each CTA of a cluster writes
     merge_rows = -(-rows // kv_splits)
     if merge_prefetch:
@@ -143,13 +153,17 @@ def dspark_draft_attn_tilelang(
     # KV tiles are still in L2 when its other groups gather them. The splits
     # of a group are one cluster (cluster_dims 1 is a plain launch).
     with T.ClusterKernel(
-        num_heads // heads_per_cta * kv_splits,
+        head_groups * q_groups * kv_splits,
         num_reqs,
         threads=threads,
         cluster_dims=kv_splits,
     ) as (bx, rid):
-        gid = bx // kv_splits
+        # the CTA's (query group, head group) of the request, and its split
+        grp = bx // kv_splits
         split = bx % kv_splits
+        gid, q0, live_rows = _cta_rows(
+            grp, head_groups, qpc, q_groups, num_queries, heads_per_cta
+        )
         q_s = T.alloc_shared([m_pad, HEAD_DIM], T.bfloat16)
         k_s = T.alloc_shared([block_kv, HEAD_DIM], T.bfloat16)
         p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
@@ -178,12 +192,24 @@ def dspark_draft_attn_tilelang(
         if q_async:
             # Q first, as cp.async: its DRAM trip overlaps the lens and
             # index-row reads below instead of following them.
-            for qi in T.serial(num_queries):
-                T.async_copy(
-                    q[rid, qi, gid * heads_per_cta : (gid + 1) * heads_per_cta, :],
-                    q_s[qi * heads_per_cta : (qi + 1) * heads_per_cta, :],
-                )
-            if rows < m_pad:
+            for qi in T.serial(qpc):
+                if q0 + qi < num_queries:
+                    T.async_copy(
+                        q[
+                            rid,
+                            q0 + qi,
+                            gid * heads_per_cta : (gid + 1) * heads_per_cta,
+                            :,
+                        ],
+                        q_s[qi * heads_per_cta : (qi + 1) * heads_per_cta, :],
+                    )
+            if q_groups > 1:
+                # the last group's missing queries: zeros, not stale bytes
+                # (a NaN there would reach -inf + NaN in S)
+                for m, d in T.Parallel(m_pad, HEAD_DIM):
+                    if m >= live_rows:
+                        q_s[m, d] = T.cast(0, T.bfloat16)
+            elif rows < m_pad:
                 for m, d in T.Parallel(m_pad - rows, HEAD_DIM):
                     q_s[rows + m, d] = T.cast(0, T.bfloat16)
 
@@ -199,14 +225,15 @@ def dspark_draft_attn_tilelang(
         for j in T.Parallel(width):
             idx_s[j] = indices[rid, src_row, j]
 
-        # Row m of the CTA is query m // heads_per_cta, head m % heads_per_cta.
+        # Row m of the CTA is query q0 + m // heads_per_cta, head
+        # gid * heads_per_cta + m % heads_per_cta.
         if not q_async:
             for m, d in T.Parallel(m_pad, HEAD_DIM):
                 q_s[m, d] = T.if_then_else(
-                    m < rows,
+                    m < live_rows,
                     q[
                         rid,
-                        T.min(m // heads_per_cta, num_queries - 1),
+                        T.min(q0 + m // heads_per_cta, num_queries - 1),
                         gid * heads_per_cta + m % heads_per_cta,
                         d,
                     ],
@@ -214,7 +241,9 @@ def dspark_draft_attn_tilelang(
                 )
         for m in T.Parallel(m_pad):
             len_s[m] = T.if_then_else(
-                m < rows, lens[rid, T.min(m // heads_per_cta, num_queries - 1)], 0
+                m < live_rows,
+                lens[rid, T.min(q0 + m // heads_per_cta, num_queries - 1)],
+                0,
             )
         T.fill(acc_o, 0)
         T.fill(l_i, 0)
@@ -344,18 +373,19 @@ def dspark_draft_attn_tilelang(
                 for m, d in T.Parallel(m_pad, HEAD_DIM):
                     k_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
                 for m, d in T.Parallel(rows, HEAD_DIM):
-                    out[
-                        rid,
-                        m // heads_per_cta,
-                        gid * heads_per_cta + m % heads_per_cta,
-                        d,
-                    ] = k_s[m, d]
-            else:
-                for m, d in T.Parallel(m_pad, HEAD_DIM):
-                    if m < rows:
+                    if m < live_rows:
                         out[
                             rid,
-                            m // heads_per_cta,
+                            q0 + m // heads_per_cta,
+                            gid * heads_per_cta + m % heads_per_cta,
+                            d,
+                        ] = k_s[m, d]
+            else:
+                for m, d in T.Parallel(m_pad, HEAD_DIM):
+                    if m < live_rows:
+                        out[
+                            rid,
+                            q0 + m // heads_per_cta,
                             gid * heads_per_cta + m % heads_per_cta,
                             d,
                         ] = acc_o[m, d] * alpha[m]
@@ -401,7 +431,7 @@ def dspark_draft_attn_tilelang(
             # release / acquire makes it visible to the other CTAs (the CTA
             # barrier before it keeps the compiler from sinking the stores
             # past the barrier's asm, which has no memory clobber).
-            part = (rid * (num_heads // heads_per_cta) + gid) * kv_splits
+            part = (rid * (head_groups * q_groups) + grp) * kv_splits
             # live_pad rows: whole warps skip their stores (H200 run 24, R = 1:
             # 14.7 -> 13.4 us); a per-row guard (m < rows) split warps and
             # measured ~3 us slower (runs 14-15)
@@ -421,9 +451,18 @@ def dspark_draft_attn_tilelang(
             )
             _merge_splits(
                 part_o, part_ml, attn_sink, len_s, out, row_fac, recv_o, rid,
-                gid, split, part, heads_per_cta, rows, merge_rows, kv_splits,
-                scale_log2,
+                gid, q0, split, part, heads_per_cta, rows, live_rows, merge_rows,
+                kv_splits, scale_log2,
             )  # fmt: skip
+
+
+def _cta_rows(grp, head_groups, qpc, q_groups, num_queries, heads_per_cta):
+    """(head group, first query, rows that are not padding) of the CTA's
+    group grp of a request; with one query group, Python constants."""
+    if q_groups == 1:
+        return grp, 0, qpc * heads_per_cta
+    q0 = grp // head_groups * qpc
+    return grp % head_groups, q0, T.min(num_queries - q0, qpc) * heads_per_cta
 
 
 def _gather_slot(idx_s, indices, rid, src_row, pos, live_len, global_slots):
@@ -482,8 +521,8 @@ def _sink_norm(attn_sink, live, h, top, l_sum, scale_log2):
 
 @T.macro
 def _merge_splits(
-    part_o, part_ml, attn_sink, len_s, out, row_fac, recv_o, rid, gid, split,
-    part, heads_per_cta, rows, merge_rows, kv_splits, scale_log2,
+    part_o, part_ml, attn_sink, len_s, out, row_fac, recv_o, rid, gid, q0, split,
+    part, heads_per_cta, rows, live_rows, merge_rows, kv_splits, scale_log2,
 ):  # fmt: skip
     """Rows split * merge_rows ... of the cluster's output from the
     kv_splits partial states: rescale each to the common max, fold the sink
@@ -507,10 +546,10 @@ def _merge_splits(
         T.ptx_wait_group(0)
         T.sync_threads()
         for i, d in T.Parallel(merge_rows, HEAD_DIM):
-            if r0 + i < rows:
+            if r0 + i < live_rows:
                 out[
                     rid,
-                    (r0 + i) // heads_per_cta,
+                    q0 + (r0 + i) // heads_per_cta,
                     gid * heads_per_cta + (r0 + i) % heads_per_cta,
                     d,
                 ] = T.cast(
@@ -519,10 +558,10 @@ def _merge_splits(
                 )
     else:
         for i, d in T.Parallel(merge_rows, HEAD_DIM):
-            if r0 + i < rows:
+            if r0 + i < live_rows:
                 out[
                     rid,
-                    (r0 + i) // heads_per_cta,
+                    q0 + (r0 + i) // heads_per_cta,
                     gid * heads_per_cta + (r0 + i) % heads_per_cta,
                     d,
                 ] = T.cast(
@@ -1174,7 +1213,7 @@ class DSparkDraftAttnTileLangKernel(
         key = compile_key
         n_tok = key.num_queries
         page = key.page_bytes
-        m_pad = padded_rows(key.num_queries, key.heads_per_cta, key.row_tile)
+        m_pad = padded_rows(key.queries_per_cta, key.heads_per_cta, key.row_tile)
         return dict(
             q=make_tilelang_warmup_tensor(
                 torch.bfloat16, 1, key.num_queries, key.num_heads, HEAD_DIM
@@ -1242,6 +1281,7 @@ class DSparkDraftAttnTileLangKernel(
             key.global_slots,
             key.dsmem_merge,
             key.merge_prefetch,
+            key.queries_per_cta,
         )
 
 
@@ -1326,11 +1366,11 @@ def launch_scratch(
     tile: TileConfig,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The part_o / part_ml arguments of one launch (_split_scratch)."""
-    parts = launch_ctas(tile, num_reqs, num_heads)
+    parts = launch_ctas(tile, num_reqs, num_heads, num_queries)
     return _split_scratch(
         device,
         parts if tile.kv_splits > 1 else 1,
-        padded_rows(num_queries, tile.heads_per_cta, tile.row_tile),
+        padded_rows(cta_queries(num_queries, tile), tile.heads_per_cta, tile.row_tile),
     )
 
 

@@ -363,6 +363,8 @@ SWEEP_CONFIGS = tuple(
     # the unsplit default at 64 and 32 heads since run 32)
     dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True),
     dc.TileConfig(16, 64, 256, 1, 1, 64, False, 4, 1, True),
+    # the wide tile's 64-token tiles over a cluster of 3 (split_tiles' last: R = 6-8 at 64 heads)
+    dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 3, True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass
@@ -681,9 +683,9 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             launch = dc.launch_tile(cfg, r, h, b.width, sms, cap, b.n)
             row["kv_splits"], row["heads_per_cta"] = launch.kv_splits, launch.heads_per_cta
             row["block_kv"], row["queries_per_cta"] = launch.block_kv, dc.cta_queries(b.n, launch)
-            if row["queries_per_cta"] < b.n:
-                # the previous default (8 heads x all queries a CTA), timed in the same run
-                narrow = replace(launch, heads_per_cta=8, queries_per_cta=0)
+            if cfg.queries_per_cta:
+                # the previous default (8 heads x all queries a CTA, unsplit), timed in the same run
+                narrow = replace(cfg, heads_per_cta=8, queries_per_cta=0)
                 narrow_fn = lambda b=b, out=out, c=narrow: run_kernel(b, out, tile=c)  # noqa: E731
                 narrow_fn()
                 row["tilelang_8heads_all_queries_graph_cold_1layer_us"] = cold_graph_us([narrow_fn])

@@ -360,10 +360,11 @@ SWEEP_CONFIGS = tuple(
     )
 ) + (
     # wide head groups, as many queries as fill the 64-row wgmma tile (_fill_wgmma_rows:
-    # the unsplit default at 64 and 32 heads since run 32)
+    # the unsplit default at 64 and 32 heads since run 32; 16 x 4 against 8 x 5 no faster)
     dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True),
     dc.TileConfig(16, 64, 256, 1, 1, 64, False, 4, 1, True),
-    # the wide tile's 64-token tiles over a cluster of 3 (split_tiles' last: R = 6-8 at 64 heads)
+    # the wide tile's 64-token tiles over a cluster of 3: H100 run 33, R = 8 39.0 us against 23.3
+    # unsplit (R = 6: 22.4 either way), so split_tiles does not offer it
     dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 3, True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and

@@ -14,7 +14,7 @@ from benchmarks.dspark_draft_attn import draft_attn_gpu as g  # noqa: E402
 
 @pytest.mark.parametrize(
     "num_reqs,num_heads,num_queries",
-    # (12, 32, 5): the unsplit tile (32 heads x 2 queries, the last CTA one) split over a cluster
+    # (12, 32, 5) and (8, 64, 5): unsplit wide tiles (32 heads x 2 queries, the last CTA one; 64 x 1)
     [(1, 64, 5), (8, 16, 5), (64, 8, 7), (2, 32, 7), (12, 32, 5), (8, 64, 5)],
 )
 def test_kernel_matches_reference(num_reqs, num_heads, num_queries):

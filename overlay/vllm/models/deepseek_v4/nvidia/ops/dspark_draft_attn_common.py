@@ -345,15 +345,15 @@ def select_tile_config(
 
 def _fill_wgmma_rows(cfg: TileConfig, num_heads: int, num_queries: int) -> TileConfig:
     """The widest head group (<= 64 heads) with as many queries as fill the
-    64-row wgmma tile, unless it needs more CTAs a request than cfg: at
+    64-row wgmma tile, where that needs fewer CTAs a request than cfg: at
     N = 5, 64 heads x 1 query (5 CTAs, 64 live rows each) instead of 8 heads x
-    5 queries (8 CTAs, 40 of 64 rows live), 32 x 2 (3 instead of 4), 16 x 4
-    (2 CTAs either way, 64 and 16 live rows). A CTA's chain costs about the
-    same at 40 or 64 live rows (the GEMMs are 64 rows either way), so large
-    batches finish in fewer waves. H100 run 32, graph, cold L2, same run:
-    R = 256, 64 heads 339 -> 213 us, R = 64 94 -> 70; 16 x 4 at 16 heads
-    R = 256 96 -> 89 (the same CTA count, the second CTA's store and chain
-    shorter). Equal counts at 32 heads x 2 queries, N = 7: not timed."""
+    5 queries (8 CTAs, 40 of 64 rows live), 32 x 2 (3 instead of 4). A CTA's
+    chain costs about the same at 40 or 64 live rows (the GEMMs are 64 rows
+    either way), so large batches finish in fewer waves. H100 runs 32 and 33,
+    graph, cold L2, same run: R = 256, 64 heads 339 / 319 -> 213 us, R = 64
+    94 / 90 -> 70. At an equal count (16 heads x 4 queries against 8 x 5) it
+    measured 7 % faster in one run, 1 % faster and 2 % slower in the next:
+    the 8-head tile stays there."""
     heads = max(h for h in range(8, WGMMA_ROWS + 1, 8) if num_heads % h == 0)
     queries = max(1, WGMMA_ROWS // heads)
     # 0: all of the request's queries (one spelling for that tile)
@@ -362,7 +362,7 @@ def _fill_wgmma_rows(cfg: TileConfig, num_heads: int, num_queries: int) -> TileC
         heads_per_cta=heads,
         queries_per_cta=queries if queries < num_queries else 0,
     )
-    if launch_ctas(wide, 1, num_heads, num_queries) <= launch_ctas(
+    if launch_ctas(wide, 1, num_heads, num_queries) < launch_ctas(
         cfg, 1, num_heads, num_queries
     ):
         return wide
@@ -414,18 +414,9 @@ def split_tiles(
             tile = prefetch
         if tile.kv_splits > 1 and tile not in tiles:
             tiles.append(tile)
-    # Last, the unsplit tile itself over a cluster where it needs fewer CTAs
-    # than the split tiles (a wide head group, _fill_wgmma_rows: 64 heads x
-    # 1 query at R = 6-8); its merge slices are too wide for the prefetch.
-    own = replace(cfg, kv_splits=split_kv_splits(cfg, width, capability))
-    prefetch = replace(own, merge_prefetch=True)
-    if not tile_rule_violations(prefetch, num_queries):
-        own = prefetch
-    if own.kv_splits > 1 and all(
-        launch_ctas(own, 1, 64, num_queries) < launch_ctas(t, 1, 64, num_queries)
-        for t in tiles
-    ):
-        tiles.append(own)
+    # Not the wide unsplit tile (_fill_wgmma_rows) over a cluster: 64 heads x
+    # 1 query in 3 splits measured 39 us at R = 8 against 23 unsplit (H100
+    # run 33; 40 clusters of 3 and a 64-row merge).
     return tiles
 
 

@@ -294,9 +294,10 @@ def select_tile_config(
     SM90 (measured on the H200, 2026-12-03): heads_per_cta=8, block_kv=64,
     256 threads, one stage, rows padded to 64 so both GEMMs are wgmma (1.3-1.4x
     faster than the mma.sync shape with rows padded to 16; two stages were
-    slower in every sweep), Q loaded by cp.async; small batches split the
-    KV tiles over a cluster with narrower tiles (launch_tile, chosen per
-    launch).
+    slower in every sweep), Q loaded by cp.async; at 64 and 32 heads a wide
+    head group x fewer queries instead (_fill_wgmma_rows: fewer CTAs); small
+    batches split the KV tiles over a cluster with narrower tiles
+    (launch_tile, chosen per launch).
     SM12x: heads_per_cta=4, block_kv=32, threads=128, mma.sync, chosen only
     to fit 101,376 B of shared memory per block and the rules above; these
     values are UNTESTED on SM120/SM121 hardware (none was available): run

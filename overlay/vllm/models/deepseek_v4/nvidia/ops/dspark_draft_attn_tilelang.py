@@ -6,7 +6,10 @@ The draft layers are SWA-only DSV4 layers: every request has N draft query
 tokens that all see the same index list (up to 192 slots of the paged
 fp8_ds_mla SWA cache, window 128 + N).  One CTA handles one (request, head
 group) and all N queries of it, so each KV tile is gathered and dequantised
-once for N * heads_per_cta query rows.  The cache is read in place (no window
+once for N * heads_per_cta query rows; at 64 and 32 heads on SM90 a wider
+head group takes fewer of the queries instead (64 heads x 1 query), so a CTA
+still dequantises once for 64 rows and a request needs fewer CTAs (5, not 8
+of 40 rows: queries_per_cta).  The cache is read in place (no window
 copy), heads are native (8/16/32/64, no padding to 64), the per-head sink is
 folded in at the end, rows with no live slot give zeros, and the output is
 written into a caller-owned buffer so the launch can be captured in a CUDA

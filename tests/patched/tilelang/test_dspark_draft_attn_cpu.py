@@ -547,3 +547,22 @@ def test_every_ablation_variant_edits_the_current_kernel():
             assert (src != whole.replace(f"ablate_{whole_name}", f"ablate_{name}")) == bool(edits), name
             compile(src, name, "exec")  # still Python
         ast.parse(src)
+
+
+def test_codegen_overrides_name_their_field():
+    """benchmarks/dspark_draft_attn/codegen.py (CPU codegen of one tile, run where tilelang is
+    installed) turns --set FIELD=VALUE into TileConfig overrides and refuses what is not one."""
+    from benchmarks.dspark_draft_attn import codegen
+
+    fields = dc.TileConfig.__dataclass_fields__
+    got = codegen.parse_overrides(["kv_splits=3", "merge_prefetch=true", "queries_per_cta=0"], fields)
+    assert got == {"kv_splits": 3, "merge_prefetch": True, "queries_per_cta": 0}
+    tile = dataclasses.replace(dc.select_tile_config(64, 5, (9, 0)), **got)
+    assert (tile.kv_splits, tile.merge_prefetch, dc.cta_queries(5, tile)) == (3, True, 5)
+    for bad, says in (("nope=1", "FIELD one of"), ("kv_splits", "FIELD=VALUE"), ("q_async=2", "bool"),
+                      ("block_kv=x", "int")):
+        with pytest.raises(ValueError, match=says):
+            codegen.parse_overrides([bad], fields)
+    assert codegen.capability_of("90a") == (9, 0) and codegen.capability_of("120") == (12, 0)
+    with pytest.raises(ValueError, match="--arch"):
+        codegen.capability_of("sm90")

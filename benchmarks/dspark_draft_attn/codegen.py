@@ -12,10 +12,11 @@ shared memory it lays out (the `buf_dyn_shmem + offset` lines) and what it costs
 byte-identical.
 
 Needs tilelang (vLLM 0.34.0 pins 0.1.12) and torch in the running Python, and build/vllm (or
---tree). vLLM's own package is not imported: vllm.tilelang_utils imports the platform layer,
-which wants vLLM's dependencies and a GPU, so the kernel modules are loaded from the tree under
-bare packages with a stand-in for vllm.tilelang_utils that applies tilelang.jit with the pass
-configs vLLM uses on CUDA.
+--tree). vLLM's own package is not imported (its __init__ and platform layer want vLLM's
+dependencies and a GPU): the kernel modules are loaded from the tree under bare packages, with
+vllm.platforms answering "CUDA" so the tree's own vllm.tilelang_utils gives its CUDA pass
+configs, and its tilelang_jit left undecorating so the kernel is compiled here for --arch.
+The inputs are the kernel owner's warm-up inputs (storage-less, as vLLM's JIT warm-up uses).
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 # the packages between vllm and the kernel modules, loaded bare (no __init__ runs)
 _PACKAGES = ("model_executor", "model_executor/warmup", "models", "models/deepseek_v4",
-             "models/deepseek_v4/nvidia", "models/deepseek_v4/nvidia/ops")
-_TENSOR_ARGS = ("q", "kv_fp8", "kv_i64", "kv_bf16", "indices", "lens", "attn_sink", "out", "part_o", "part_ml")
+             "models/deepseek_v4/nvidia", "models/deepseek_v4/nvidia/ops", "utils")
 
 
 def parse_overrides(items: list[str], fields: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +66,6 @@ def capability_of(arch: str) -> tuple[int, int]:
 
 def _load_kernel_modules(tree: Path):
     import tilelang
-    import tilelang.language as T
 
     base = tree / "vllm"
     if not (base / "models/deepseek_v4/nvidia/ops/dspark_draft_attn_tilelang.py").is_file():
@@ -75,26 +74,23 @@ def _load_kernel_modules(tree: Path):
         pkg = types.ModuleType(name)
         pkg.__path__ = [str(path)]
         sys.modules[name] = pkg
-    pass_configs = {
-        tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True,
-        tilelang.PassConfigKey.TL_DISABLE_TMA_LOWER: True,
-        tilelang.PassConfigKey.TL_PTXAS_REGISTER_USAGE_LEVEL: 10,
-    }
-    utils = types.ModuleType("vllm.tilelang_utils")
-    utils.T, utils.tilelang = T, tilelang
-    utils.tilelang_jit = lambda fn: fn  # compiled below, for the requested arch
-    utils._get_pass_configs = lambda: pass_configs
-    sys.modules["vllm.tilelang_utils"] = utils
+    # what vllm.tilelang_utils asks of the platform layer, answered as on CUDA
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cuda=lambda: True, is_rocm=lambda: False)
+    import_utils = types.ModuleType("vllm.utils.import_utils")
+    import_utils.has_tilelang = lambda: True
+    sys.modules |= {"vllm.platforms": platforms, "vllm.utils.import_utils": import_utils}
+    import vllm.tilelang_utils as utils
+
+    utils.tilelang_jit = lambda fn: fn  # compiled in generate(), for the requested arch
     from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_common as dc
     from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_tilelang as dk
 
-    return tilelang, pass_configs, dc, dk
+    return tilelang, utils._get_pass_configs(), dc, dk
 
 
 def generate(tree: Path, arch: str, heads: int, queries: int, overrides: list[str]) -> tuple[Any, str]:
     """(the tile, the generated CUDA source) of select_tile_config's tile with overrides."""
-    import torch
-
     tilelang, pass_configs, dc, dk = _load_kernel_modules(tree)
     cap = capability_of(arch)
     cfg = dataclasses.replace(
@@ -102,22 +98,11 @@ def generate(tree: Path, arch: str, heads: int, queries: int, overrides: list[st
     )
     if bad := dc.tile_rule_violations(cfg, queries):
         print(f"tile rules: {bad}", file=sys.stderr)
-    width, page = dc.dspark_index_width(128, queries), dc.fp8_ds_mla_page_bytes(64)
     owner = dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL
-    key = owner.dispatch(num_heads=heads, num_queries=queries, width=width, block_size=64, page_bytes=page,
-                         scale=512**-0.5, capability=cap, tile=cfg)
-    m_pad = dc.padded_rows(key.queries_per_cta, key.heads_per_cta, key.row_tile)
-    reqs, blocks = 2, 4  # any sizes: both are dynamic in the kernel
-    shapes = dict(
-        q=((reqs, queries, heads, 512), torch.bfloat16), kv_fp8=((blocks, page), torch.float8_e4m3fn),
-        kv_i64=((blocks, page // 8), torch.int64), kv_bf16=((blocks, page // 2), torch.bfloat16),
-        indices=((reqs, queries, width), torch.int32), lens=((reqs, queries), torch.int32),
-        attn_sink=((heads,), torch.float32), out=((reqs, queries, heads, 512), torch.bfloat16),
-        part_o=((8, m_pad, 512), torch.float32), part_ml=((8, 2, m_pad), torch.float32),
-    )
-    tensors = {name: torch.empty(*shape, dtype=dtype) for name, (shape, dtype) in shapes.items()}
-    assert set(tensors) == set(_TENSOR_ARGS)
-    _, args = type(owner).__call__.__wrapped__(owner, **tensors, compile_key=key)
+    key = owner.dispatch(num_heads=heads, num_queries=queries, width=dc.dspark_index_width(128, queries),
+                         block_size=64, page_bytes=dc.fp8_ds_mla_page_bytes(64), scale=512**-0.5,
+                         capability=cap, tile=cfg)
+    _, args = type(owner).__call__.__wrapped__(owner, **owner.warmup_inputs(key))
     jit = tilelang.jit(pass_configs=pass_configs, target={"kind": "cuda", "arch": f"sm_{arch}"})(owner.kernel(key))
     return cfg, jit.compile(*args).get_kernel_source()
 

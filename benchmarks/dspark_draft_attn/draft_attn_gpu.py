@@ -404,6 +404,12 @@ def compile_in_processes(fn, items: list[Any], procs: int) -> dict[str, Any]:
     )
 
 
+def eight_head_baseline(cfg: dc.TileConfig) -> dc.TileConfig | None:
+    """The unsplit tile before run 32 (8 heads x all queries a CTA), timed in the same run
+    beside a wide default (_fill_wgmma_rows); None where the default is that tile."""
+    return replace(cfg, heads_per_cta=8, queries_per_cta=0) if cfg.queries_per_cta else None
+
+
 def _compile_key(key: Any) -> None:
     dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.compile(key)
 
@@ -419,9 +425,8 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
                 cfg = dc.select_tile_config(h, n, cap)
                 # and the KV splits small batches pick (launch_tile)
                 keys += [compile_key(h, n, c) for c in (cfg, *dc.split_tiles(cfg, width_for(n), cap, n))]
-                if dc.cta_queries(n, cfg) < n and n == 5:
-                    # the bench's same-run baseline: 8 heads x all queries a CTA
-                    keys.append(compile_key(h, n, replace(cfg, heads_per_cta=8, queries_per_cta=0)))
+                if n == 5 and (baseline := eight_head_baseline(cfg)) is not None:
+                    keys.append(compile_key(h, n, baseline))  # the bench times it beside cfg
         if cap[0] != 12:
             for h, n in ((64, 5), (8, 7), (16, 5)):
                 keys.append(compile_key(h, n, dc.select_tile_config(h, n, (12, 0))))
@@ -684,9 +689,7 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             launch = dc.launch_tile(cfg, r, h, b.width, sms, cap, b.n)
             row["kv_splits"], row["heads_per_cta"] = launch.kv_splits, launch.heads_per_cta
             row["block_kv"], row["queries_per_cta"] = launch.block_kv, dc.cta_queries(b.n, launch)
-            if cfg.queries_per_cta:
-                # the previous default (8 heads x all queries a CTA, unsplit), timed in the same run
-                narrow = replace(cfg, heads_per_cta=8, queries_per_cta=0)
+            if (narrow := eight_head_baseline(cfg)) is not None:
                 narrow_fn = lambda b=b, out=out, c=narrow: run_kernel(b, out, tile=c)  # noqa: E731
                 narrow_fn()
                 row["tilelang_8heads_all_queries_graph_cold_1layer_us"] = cold_graph_us([narrow_fn])

@@ -366,13 +366,20 @@ SWEEP_CONFIGS = tuple(
     # the wide tile's 64-token tiles over a cluster of 3: H100 run 33, R = 8 39.0 us against 23.3
     # unsplit (R = 6: 22.4 either way), so split_tiles does not offer it
     dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 3, True),
+    # the KV-resident kernel (a request's window dequantised once into shared memory, the CTA
+    # looping over its query groups): every group in one CTA, and 64 x 1 over 2 CTAs (3 + 2
+    # passes), 16 x 4 and 8 x 5 (one pass a head group) beside it
+    dc.TileConfig(64, 48, 256, 1, 1, 64, False, 1, 1, True, resident=True),
+    dc.TileConfig(64, 48, 256, 1, 1, 64, False, 1, 1, True, resident=True, passes=3),
+    dc.TileConfig(16, 48, 256, 1, 1, 64, False, 4, 1, True, resident=True),
+    dc.TileConfig(8, 48, 256, 1, 1, 64, False, 0, 1, True, resident=True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass
 # of per-element factors (25 us: the factor chain serialises the unrolled rows' L2 reads).
 # Since run 24 every split stores its partial rows only up to the last live row's 16-row
 # slice and the merge computes a row's factors in one pass (the configs above run that code).
-SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 64, 256))
+SWEEP_SIZES = tuple((r, h) for h in (64, 16) for r in (1, 8, 32, 64, 256))
 
 
 def _timed(job: tuple[Any, Any]) -> tuple[str, float, str]:
@@ -425,6 +432,8 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
                 cfg = dc.select_tile_config(h, n, cap)
                 # and the KV splits small batches pick (launch_tile)
                 keys += [compile_key(h, n, c) for c in (cfg, *dc.split_tiles(cfg, width_for(n), cap, n))]
+                if dc.resident_kv(cfg, cap):  # the KV-resident tile large batches pick
+                    keys.append(compile_key(h, n, dc.resident_tile(cfg, h, n)))
                 if n == 5 and (baseline := eight_head_baseline(cfg)) is not None:
                     keys.append(compile_key(h, n, baseline))  # the bench times it beside cfg
         if cap[0] != 12:
@@ -689,6 +698,14 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             launch = dc.launch_tile(cfg, r, h, b.width, sms, cap, b.n)
             row["kv_splits"], row["heads_per_cta"] = launch.kv_splits, launch.heads_per_cta
             row["block_kv"], row["queries_per_cta"] = launch.block_kv, dc.cta_queries(b.n, launch)
+            row["resident"], row["passes"] = launch.resident, launch.passes
+            if launch.resident:
+                # the streaming kernel's unsplit tile (the default before the KV-resident one),
+                # timed in the same run
+                streaming = lambda b=b, out=out, c=replace(cfg, kv_splits=1): run_kernel(b, out, tile=c)  # noqa: E731
+                streaming()
+                row["tilelang_streaming_graph_cold_1layer_us"] = cold_graph_us([streaming])
+                row["tilelang_streaming_graph_cold_1layer_us_again"] = cold_graph_us([streaming])
             if (narrow := eight_head_baseline(cfg)) is not None:
                 narrow_fn = lambda b=b, out=out, c=narrow: run_kernel(b, out, tile=c)  # noqa: E731
                 narrow_fn()
@@ -851,6 +868,8 @@ def main(argv: list[str] | None = None) -> int:
         cap = torch.cuda.get_device_capability(0)
         rep["smoke"] = cases = [check_case(2, h, 5, 90 + h) for h in (64, 16)]
         cases.append(check_case(2, 64, 5, 99, tile=replace(dc.select_tile_config(64, 5, cap), kv_splits=1)))
+        if dc.resident_kv(dc.select_tile_config(64, 5, cap), cap):  # the KV-resident kernel
+            cases.append(check_case(2, 64, 5, 98, tile=dc.resident_tile(dc.select_tile_config(64, 5, cap), 64, 5)))
         gating = len(cases)
         if cap[0] == 9 and a.ws:  # reported; only the default kernel's results gate
             cases += [check_case(2, h, 5, 95 + h, tile=dc.warp_specialized_config(h, 5)) for h in (64, 16)]

@@ -48,3 +48,44 @@ def test_wide_head_groups(num_heads, num_queries, queries_per_cta):
     res = g.check_case(3, num_heads, num_queries, seed=41 + num_heads, tile=tile)
     assert res["finite"] and res["empty_rows_exact_zero"] and res["bitwise_repeatable"], res
     assert res["ok"], res
+
+
+@pytest.mark.parametrize(
+    "num_reqs,num_heads,num_queries,passes",
+    # every query group in one CTA (64 x 1 at N = 7: 7 passes; 16 x 4: the second pass one
+    # query), a request's groups over 2 CTAs (3 + 2 passes), and 8 heads x N (one pass)
+    [(3, 64, 7, 0), (5, 16, 5, 0), (4, 64, 5, 3), (9, 8, 7, 0), (6, 32, 5, 0)],
+)
+def test_kv_resident_kernel(num_reqs, num_heads, num_queries, passes):
+    # the kernel large batches take on SM90 (launch_tile): the request's window dequantised once
+    # into shared memory, the CTA looping over its query groups
+    cap = torch.cuda.get_device_capability(0)
+    if cap[0] != 9:
+        pytest.skip("the KV-resident kernel is SM90's")
+    tile = g.dc.resident_tile(g.dc.select_tile_config(num_heads, num_queries, cap), num_heads, num_queries,
+                              passes=passes)
+    assert g.dc.tile_rule_violations(tile, num_queries) == []
+    res = g.check_case(num_reqs, num_heads, num_queries, seed=53 + num_heads + passes, tile=tile)
+    assert res["finite"] and res["empty_rows_exact_zero"] and res["bitwise_repeatable"], res
+    assert res["ok"], res
+
+
+def test_kv_resident_kernel_rows_wider_than_its_tiles():
+    # index rows with more live slots than the 144 resident rows (never DSpark's window of
+    # 128 + N, but the kernel's contract is any lens <= width): dequantised chunk by chunk
+    cap = torch.cuda.get_device_capability(0)
+    if cap[0] != 9:
+        pytest.skip("the KV-resident kernel is SM90's")
+    b = g.make_batch(4, 64, 5, seed=71, padding=False, clamp=False, short_ctx=False)
+    idx = b.idx.view(b.idx.shape[0], -1)
+    live = int(b.lens.max())
+    assert live <= 144 < b.width
+    # fill the row's tail with (repeated) live slots of the same request: 192 live positions
+    idx[:, live:] = idx[:, : b.width - live]
+    b.lens.fill_(b.width)
+    b.lens[-b.n:] = 150  # one request just past one chunk
+    tile = g.dc.resident_tile(g.dc.select_tile_config(64, 5, cap), 64, 5)
+    out = torch.empty_like(b.q)
+    g.run_kernel(b, out, tile=tile)
+    res = g.compare(out, g.reference(b), b.lens)
+    assert res["ok"], res

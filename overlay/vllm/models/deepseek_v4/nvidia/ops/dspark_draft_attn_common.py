@@ -118,6 +118,13 @@ class TileConfig:
     # reads overlap (H200 run 29: R = 1 0.8-1.3 us faster; split_tiles sets
     # it where it fits)
     merge_prefetch: bool = False
+    # KV-resident kernel (dspark_draft_attn_resident_tilelang, SM90, large
+    # batches): a CTA dequantises its request's live slots once into
+    # resident_tiles bf16 tiles of block_kv rows and loops over `passes` of
+    # its request's query groups (0 = all of them)
+    resident: bool = False
+    passes: int = 0
+    resident_tiles: int = 3
 
 
 def query_groups(num_queries: int, queries_per_cta: int) -> tuple[int, int]:
@@ -172,6 +179,8 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     """
     if cfg.warp_specialized:
         return _ws_rule_violations(cfg, num_queries)
+    if cfg.resident:
+        return _resident_rule_violations(cfg, num_queries)
     rows = padded_rows(cta_queries(num_queries, cfg), cfg.heads_per_cta, cfg.row_tile)
     bad = []
     if cfg.row_tile == 64:
@@ -234,6 +243,37 @@ def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     return bad
 
 
+def resident_smem_bytes(cfg: TileConfig, num_queries: int) -> int:
+    """Shared memory of the KV-resident kernel: the resident bf16 tiles, Q
+    (one wgmma tile of rows), P, the live flags and the rows' lengths, plus
+    the same 4 KiB reduction allowance as smem_bytes."""
+    rows = padded_rows(cta_queries(num_queries, cfg), cfg.heads_per_cta, WGMMA_ROWS)
+    cap = cfg.block_kv * cfg.resident_tiles
+    return 2 * cap * HEAD_DIM + 2 * rows * HEAD_DIM + 2 * rows * cfg.block_kv + cap + 4 * rows + 4096
+
+
+def _resident_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
+    """The KV-resident kernel: one wgmma row tile a pass over two warpgroups
+    (each GEMM's N split in two multiples of 8), no KV split, the resident
+    tiles, Q and P within SM90's shared memory."""
+    bad = []
+    rows = cta_queries(num_queries, cfg) * cfg.heads_per_cta
+    if cfg.threads != 256 or cfg.row_tile != WGMMA_ROWS:
+        bad.append("the KV-resident kernel runs 2 wgmma warpgroups (256 threads)")
+    if rows > WGMMA_ROWS:
+        bad.append(f"{rows} rows > {WGMMA_ROWS} (one wgmma row tile a pass)")
+    if cfg.block_kv % 16:
+        bad.append(f"block_kv {cfg.block_kv} is not 2 warpgroups x a multiple of 8")
+    if cfg.kv_splits != 1 or cfg.merge_prefetch or cfg.dsmem_merge:
+        bad.append("the KV-resident kernel does not split KV")
+    if cfg.passes < 0 or cfg.resident_tiles < 1:
+        bad.append("passes >= 0 and resident_tiles >= 1")
+    smem = resident_smem_bytes(cfg, num_queries)
+    if smem > SM90_SMEM_BYTES:
+        bad.append(f"{smem} B of shared memory")
+    return bad
+
+
 def _merge_slice_rows(num_queries: int, cfg: TileConfig) -> int:
     """Rows of the output one CTA of a split launch merges (even with
     merge_prefetch, as the kernel rounds them)."""
@@ -242,6 +282,8 @@ def _merge_slice_rows(num_queries: int, cfg: TileConfig) -> int:
 
 
 def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
+    if cfg.resident:
+        return resident_smem_bytes(cfg, num_queries)
     if cfg.warp_specialized:
         return ws_smem_bytes(cfg.block_kv, cfg.num_stages)
     loop = smem_bytes(
@@ -370,6 +412,37 @@ def _fill_wgmma_rows(cfg: TileConfig, num_heads: int, num_queries: int) -> TileC
     return cfg
 
 
+def resident_kv(cfg: TileConfig, capability: tuple[int, int]) -> bool:
+    """Whether large launches of cfg's shape take the KV-resident kernel:
+    SM90 only (its 222 KB of shared memory does not fit SM12x's 99 KB),
+    never the warp-specialised kernel."""
+    return capability[0] == 9 and not cfg.warp_specialized
+
+
+def resident_tile(
+    cfg: TileConfig, num_heads: int, num_queries: int, passes: int = 0
+) -> TileConfig:
+    """The KV-resident tile for cfg's arch: the widest head group with as
+    many queries as fill a 64-row wgmma tile a pass (64 heads x 1 query,
+    32 x 2, 16 x 4, 8 x N), three resident 48-token tiles (144 slots >= the
+    window of 128 + N)."""
+    heads = max(h for h in range(8, WGMMA_ROWS + 1, 8) if num_heads % h == 0)
+    queries = max(1, WGMMA_ROWS // heads)
+    return replace(
+        cfg,
+        heads_per_cta=heads,
+        queries_per_cta=queries if queries < num_queries else 0,
+        block_kv=48,
+        num_stages=1,
+        kv_splits=1,
+        merge_prefetch=False,
+        dsmem_merge=False,
+        resident=True,
+        passes=passes,
+        resident_tiles=3,
+    )
+
+
 def split_kv_splits(cfg: TileConfig, width: int, capability: tuple[int, int]) -> int:
     """The kv_splits of a split launch of this shape (one CTA a KV tile, up to
     a portable cluster), 1 where launches never split: SM90 only, where it was
@@ -424,9 +497,11 @@ def split_tiles(
 def launch_ctas(
     tile: TileConfig, num_reqs: int, num_heads: int, num_queries: int
 ) -> int:
-    """CTAs of a plain-kernel launch: one per (request, query group, head
-    group, KV split)."""
+    """CTAs of a launch: one per (request, query group, head group, KV split);
+    the KV-resident kernel's CTA takes `passes` query groups."""
     q_groups = query_groups(num_queries, tile.queries_per_cta)[1]
+    if tile.resident:
+        q_groups = -(-q_groups // min(tile.passes or q_groups, q_groups))
     return num_reqs * q_groups * (num_heads // tile.heads_per_cta) * tile.kv_splits
 
 
@@ -440,11 +515,20 @@ def launch_tile(
     num_queries: int,
 ) -> TileConfig:
     """The tile of one launch: the first split tile (split_tiles) whose CTAs
-    all get an SM while the GPU is nearly empty; else cfg unsplit."""
+    all get an SM while the GPU is nearly empty; the KV-resident tile where
+    cfg unsplit would need more than one wave of CTAs (large batches: a
+    request's window dequantised once, not once per query group); else cfg
+    unsplit."""
     for tile in split_tiles(cfg, width, capability, num_queries):
         if launch_ctas(tile, num_reqs, num_heads, num_queries) <= sm_count:
             return tile
-    return replace(cfg, kv_splits=1)
+    unsplit = replace(cfg, kv_splits=1)
+    if (
+        resident_kv(cfg, capability)
+        and launch_ctas(unsplit, num_reqs, num_heads, num_queries) > sm_count
+    ):
+        return resident_tile(cfg, num_heads, num_queries)
+    return unsplit
 
 
 def dspark_draft_attention_ref(

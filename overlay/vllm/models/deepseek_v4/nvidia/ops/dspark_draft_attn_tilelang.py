@@ -56,8 +56,13 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     launch_tile,
     padded_rows,
     query_groups,
+    resident_kv,
+    resident_tile,
     select_tile_config,
     split_tiles,
+)
+from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_resident import (
+    dspark_draft_attn_resident_tilelang,
 )
 from vllm.tilelang_utils import T, tilelang_jit
 
@@ -1135,11 +1140,16 @@ class DSparkDraftAttnTileLangKernel(
         global_slots: bool
         dsmem_merge: bool
         merge_prefetch: bool
+        resident: bool
+        passes: int
+        resident_tiles: int
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
         if compile_key.warp_specialized:
             return dspark_draft_attn_ws_tilelang
+        if compile_key.resident:
+            return dspark_draft_attn_resident_tilelang
         return dspark_draft_attn_tilelang
 
     def dispatch(  # type: ignore[override]
@@ -1181,6 +1191,9 @@ class DSparkDraftAttnTileLangKernel(
             global_slots=cfg.global_slots,
             dsmem_merge=cfg.dsmem_merge,
             merge_prefetch=cfg.merge_prefetch,
+            resident=cfg.resident,
+            passes=cfg.passes,
+            resident_tiles=cfg.resident_tiles,
         )
 
     def get_warmup_keys(
@@ -1195,9 +1208,13 @@ class DSparkDraftAttnTileLangKernel(
         capability: tuple[int, int],
     ) -> list[CompileKey]:
         # The unsplit key and, on SM90, the split ones small batches pick
-        # (launch_tile: one CTA a KV tile, narrow tiles where they fit).
+        # (launch_tile: one CTA a KV tile, narrow tiles where they fit) and
+        # the KV-resident one large batches pick.
         width = dspark_index_width(window_size, num_queries)
         cfg = select_tile_config(num_heads, num_queries, capability)
+        tiles = [cfg, *split_tiles(cfg, width, capability, num_queries)]
+        if resident_kv(cfg, capability):
+            tiles.append(resident_tile(cfg, num_heads, num_queries))
         return [
             self.dispatch(
                 num_heads=num_heads,
@@ -1209,7 +1226,7 @@ class DSparkDraftAttnTileLangKernel(
                 capability=capability,
                 tile=tile,
             )
-            for tile in [cfg, *split_tiles(cfg, width, capability, num_queries)]
+            for tile in tiles
         ]
 
     def warmup_inputs(self, compile_key: CompileKey) -> dict[str, Any]:
@@ -1268,6 +1285,16 @@ class DSparkDraftAttnTileLangKernel(
                 key.queries_per_cta,
                 key.block_kv,
                 key.num_stages,
+            )
+        if key.resident:
+            return (key,), (
+                *tensors,
+                *shape,
+                key.queries_per_cta,
+                key.passes,
+                key.block_kv,
+                key.resident_tiles,
+                key.threads,
             )
         return (key,), (
             *tensors,

@@ -1,0 +1,352 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""KV-resident TileLang draft attention for large DSpark batches (SM90).
+
+The streaming kernel (dspark_draft_attn_tilelang) gathers and dequantises
+every KV tile once per CTA, and a request needs several CTAs (64 heads x 1
+query each at 64 heads: 5 at N = 5), so a request's window is gathered and
+dequantised 5 times, each time as a chain of tile gathers one CTA per SM
+waits on. Here one CTA takes a request's head group and loops over its
+query groups ("passes", each one 64-row wgmma tile of (query, head) rows):
+
+1. dequantise the request's live slots once into shared memory, all
+   resident tiles at once (one DRAM round trip, not one per tile), while
+   the first pass's Q arrives by cp.async;
+2. per pass: S = Q K^T, online softmax and O += P V over the resident
+   tiles, the sink folded in, O written through the (then free) Q buffer.
+
+Shared memory: resident_tiles * block_kv bf16 rows of 512 (3 x 48 = 144 >=
+128 + N for DSV4's window) + Q (64 x 512) + P (64 x block_kv), 222 KB of
+SM90's 227 KB. A row with more live slots than that (indices wider than the
+window) is still correct: its slots are dequantised chunk by chunk in every
+pass (slow, never the DSpark case).
+"""
+
+from __future__ import annotations
+
+from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
+    _NEG_LARGE,
+    HEAD_DIM,
+    LOG2E,
+    NOPE_DIM,
+    QUANT_BLOCK,
+    ROPE_DIM,
+    SCALE_BYTES_PER_TOKEN,
+    TOKEN_DATA_BYTES,
+    padded_rows,
+    query_groups,
+)
+from vllm.tilelang_utils import T, tilelang_jit
+
+# fp32 bit pattern of 2^(e - 127) is e << 23 for a UE8M0 byte e >= 1; byte 0
+# is the fp32 subnormal 2^-127, kept exact as the reference has it.
+_TWO_POW_M127 = 2.0**-127
+
+
+@tilelang_jit
+def dspark_draft_attn_resident_tilelang(
+    q,
+    kv_fp8,
+    kv_i64,
+    kv_bf16,
+    indices,
+    lens,
+    attn_sink,
+    out,
+    num_heads: int,
+    num_queries: int,
+    width: int,
+    block_size: int,
+    page_bytes: int,
+    scale: float,
+    heads_per_cta: int = 64,
+    queries_per_cta: int = 1,
+    passes: int = 0,
+    block_kv: int = 48,
+    resident_tiles: int = 3,
+    threads: int = 256,
+):
+    """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V,
+    K = V = the request's dequantised fp8_ds_mla rows (the streaming kernel's
+    math); rows with lens == 0 are zeros.
+
+    A CTA: one (request, head group) and `passes` consecutive query groups of
+    queries_per_cta queries (0 = all of the request's groups), the request's
+    KV dequantised into shared memory once for all of them.
+    """
+    num_reqs = T.dynamic("num_reqs")
+    num_blocks = T.dynamic("num_blocks")
+    qpc, q_groups = query_groups(num_queries, queries_per_cta)
+    n_pass = min(passes or q_groups, q_groups)
+    cta_groups = -(-q_groups // n_pass)
+    head_groups = num_heads // heads_per_cta
+    rows = qpc * heads_per_cta
+    m_pad = padded_rows(qpc, heads_per_cta, 64)
+    cap = block_kv * resident_tiles
+    scale_log2 = scale * LOG2E
+    scale_off = block_size * TOKEN_DATA_BYTES
+    assert page_bytes % 8 == 0 and scale_off % 8 == 0
+    tok_words = TOKEN_DATA_BYTES // 2
+
+    q: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
+    kv_fp8: T.Tensor[[num_blocks, page_bytes], T.float8_e4m3fn]  # type: ignore[no-redef,valid-type]
+    kv_i64: T.Tensor[[num_blocks, page_bytes // 8], T.int64]  # type: ignore[no-redef,valid-type]
+    kv_bf16: T.Tensor[[num_blocks, page_bytes // 2], T.bfloat16]  # type: ignore[no-redef,valid-type]
+    indices: T.Tensor[[num_reqs, num_queries, width], T.int32]  # type: ignore[no-redef,valid-type]
+    lens: T.Tensor[[num_reqs, num_queries], T.int32]  # type: ignore[no-redef,valid-type]
+    attn_sink: T.Tensor[[num_heads], T.float32]  # type: ignore[no-redef,valid-type]
+    out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
+
+    with T.Kernel(head_groups * cta_groups, num_reqs, threads=threads) as (bx, rid):
+        # head groups of a request adjacent in launch order (their KV shares L2)
+        gid = bx % head_groups
+        first_group = bx // head_groups * n_pass
+        q_s = T.alloc_shared([m_pad, HEAD_DIM], T.bfloat16)
+        # the resident tiles (each GEMM takes one: kv_s[t, :, :])
+        kv_s = T.alloc_shared([resident_tiles, block_kv, HEAD_DIM], T.bfloat16)
+        p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
+        # A chunk's cache slots (-1: dead) and UE8M0 scales, read once. Static
+        # shared memory: TileLang's barrier planner treats the dynamic buffers
+        # as one, so reading these while writing the tiles would put a CTA
+        # barrier in every iteration of the dequantisation loop.
+        slot_s = T.alloc_shared([cap], T.int32, scope="shared")
+        scale_s = T.alloc_shared(
+            [cap, SCALE_BYTES_PER_TOKEN], T.bfloat16, scope="shared"
+        )
+        len_s = T.alloc_shared([m_pad], T.int32)
+
+        acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
+        acc_o = T.alloc_fragment([m_pad, HEAD_DIM], T.float32)
+        m_i = T.alloc_fragment([m_pad], T.float32)
+        m_prev = T.alloc_fragment([m_pad], T.float32)
+        l_i = T.alloc_fragment([m_pad], T.float32)
+        l_tile = T.alloc_fragment([m_pad], T.float32)
+        alpha = T.alloc_fragment([m_pad], T.float32)
+
+        # All N rows of a request carry the same list; use the longest.
+        max_len = T.alloc_var(T.int32, init=0)
+        src_row = T.alloc_var(T.int32, init=0)
+        for n in T.serial(num_queries):
+            if lens[rid, n] > max_len:
+                max_len = lens[rid, n]
+                src_row = n
+        live_len = T.min(max_len, width)
+        num_chunks = T.ceildiv(live_len, cap)
+
+        # The first pass's Q in flight while the first chunk is dequantised
+        # (before the accumulator is live, so the loads need no spills).
+        _issue_q(q, q_s, rid, first_group * qpc, gid, heads_per_cta, qpc, num_queries)
+        _chunk_slots(
+            kv_i64, indices, slot_s, scale_s, rid, src_row, 0, live_len, width,
+            block_size, scale_off,
+        )  # fmt: skip
+        # unrolled: every tile's loads in flight together
+        for t in T.unroll(resident_tiles):
+            _dequant_tile(
+                kv_fp8, kv_bf16, kv_s, t, slot_s, scale_s, block_size, tok_words
+            )
+        for p in T.serial(n_pass):
+            grp = first_group + p
+            if grp < q_groups:
+                q0 = grp * qpc
+                live_rows = T.min(num_queries - q0, qpc) * heads_per_cta
+                if p > 0:
+                    # the previous pass's output left through q_s
+                    T.sync_threads()
+                    _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries)
+                if live_rows < m_pad:
+                    for m, d in T.Parallel(m_pad, HEAD_DIM):
+                        if m >= live_rows:
+                            q_s[m, d] = T.cast(0, T.bfloat16)
+                for m in T.Parallel(m_pad):
+                    len_s[m] = T.if_then_else(
+                        m < live_rows,
+                        lens[rid, T.min(q0 + m // heads_per_cta, num_queries - 1)],
+                        0,
+                    )
+                T.fill(m_i, _NEG_LARGE)
+                T.fill(l_i, 0)
+                T.fill(acc_o, 0)
+                for c in T.serial(num_chunks):
+                    # A row wider than the resident tiles (never DSpark's)
+                    # is dequantised again chunk by chunk in every pass.
+                    if (c > 0) | ((p > 0) & (num_chunks > 1)):
+                        T.sync_threads()
+                        _chunk_slots(
+                            kv_i64, indices, slot_s, scale_s, rid, src_row, c * cap,
+                            live_len, width, block_size, scale_off,
+                        )  # fmt: skip
+                        # a token at a time: few registers beside the
+                        # accumulator (this path is not the fast one)
+                        for j in T.serial(cap):
+                            _dequant_token(
+                                kv_fp8, kv_bf16, kv_s, j, slot_s, scale_s,
+                                block_size, tok_words,
+                            )  # fmt: skip
+                    T.ptx_wait_group(0)
+                    T.sync_threads()
+                    for t in T.serial(resident_tiles):
+                        if c * cap + t * block_kv < live_len:
+                            _attend_tile(
+                                q_s, kv_s, t, p_s, slot_s, len_s, acc_s, acc_o, m_i,
+                                m_prev, l_i, l_tile, alpha, c * cap, scale_log2,
+                            )  # fmt: skip
+                # Q's copies are waited on in the chunk loop, which an empty
+                # row skips; q_s is written below
+                T.ptx_wait_group(0)
+                T.sync_threads()
+                # the sink, computed around max(m, sink) (no overflow for a
+                # large or -inf sink); rows with no live slot give zeros
+                for m in T.Parallel(m_pad):
+                    sink_log2 = (
+                        attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
+                    )
+                    m_log2 = m_i[m] * scale_log2
+                    top = T.max(m_log2, sink_log2)
+                    corr = T.exp2(m_log2 - top)
+                    denom = l_i[m] * corr + T.exp2(sink_log2 - top)
+                    alpha[m] = T.if_then_else(
+                        (len_s[m] > 0) & (l_i[m] > 0), corr / denom, 0.0
+                    )
+                # through q_s (free until the next pass) for 16-byte stores
+                for m, d in T.Parallel(m_pad, HEAD_DIM):
+                    q_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
+                for m, d in T.Parallel(rows, HEAD_DIM):
+                    if m < live_rows:
+                        out[
+                            rid,
+                            q0 + m // heads_per_cta,
+                            gid * heads_per_cta + m % heads_per_cta,
+                            d,
+                        ] = q_s[m, d]
+
+
+# Macros after the kernel's @tilelang_jit: without tilelang, importing this
+# module fails with vLLM's own "tilelang is required" ImportError.
+@T.macro
+def _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries):
+    """The pass's Q rows by cp.async (waited on before the first GEMM)."""
+    for qi in T.serial(qpc):
+        if q0 + qi < num_queries:
+            T.async_copy(
+                q[rid, q0 + qi, gid * heads_per_cta : (gid + 1) * heads_per_cta, :],
+                q_s[qi * heads_per_cta : (qi + 1) * heads_per_cta, :],
+            )
+
+
+@T.macro
+def _chunk_slots(
+    kv_i64, indices, slot_s, scale_s, rid, src_row, pos0, live_len, width,
+    block_size, scale_off,
+):  # fmt: skip
+    """The chunk's cache slots (-1 past the live length or for a -1 entry)
+    and each slot's scales as bf16 (powers of two: exact)."""
+    cap = slot_s.shape[0]
+    for j in T.Parallel(cap):
+        pos = pos0 + j
+        slot_s[j] = T.if_then_else(
+            pos < live_len, indices[rid, src_row, T.min(pos, width - 1)], -1
+        )
+    for j, c in T.Parallel(cap, SCALE_BYTES_PER_TOKEN):
+        slot = T.max(slot_s[j], 0)
+        byte = T.cast(
+            (kv_i64[slot // block_size, scale_off // 8 + slot % block_size] >> (8 * c))
+            & 255,
+            T.int32,
+        )
+        scale_s[j, c] = T.cast(
+            T.if_then_else(
+                byte > 0,
+                T.reinterpret(byte << 23, T.float32),
+                T.float32(_TWO_POW_M127),
+            ),
+            T.bfloat16,
+        )
+
+
+@T.macro
+def _dequant_tile(kv_fp8, kv_bf16, kv_s, t, slot_s, scale_s, block_size, tok_words):
+    """Resident tile t from the chunk's slots, dequantised straight from global
+    memory (no staging buffer: all of a thread's loads in flight at once);
+    dead slots become zeros."""
+    block_kv = kv_s.shape[1]
+    for j, d in T.Parallel(block_kv, NOPE_DIM):
+        kv_s[t, j, d] = _nope_value(
+            kv_fp8, slot_s, scale_s, t * block_kv + j, d, block_size
+        )
+    for j, d in T.Parallel(block_kv, ROPE_DIM):
+        kv_s[t, j, NOPE_DIM + d] = _rope_value(
+            kv_bf16, slot_s, t * block_kv + j, d, block_size, tok_words
+        )
+
+
+@T.macro
+def _dequant_token(kv_fp8, kv_bf16, kv_s, j, slot_s, scale_s, block_size, tok_words):
+    """Chunk slot j into its resident tile (the slow path's loop body)."""
+    block_kv = kv_s.shape[1]
+    for d in T.Parallel(NOPE_DIM):
+        kv_s[j // block_kv, j % block_kv, d] = _nope_value(
+            kv_fp8, slot_s, scale_s, j, d, block_size
+        )
+    for d in T.Parallel(ROPE_DIM):
+        kv_s[j // block_kv, j % block_kv, NOPE_DIM + d] = _rope_value(
+            kv_bf16, slot_s, j, d, block_size, tok_words
+        )
+
+
+def _nope_value(kv_fp8, slot_s, scale_s, j, d, block_size):
+    slot = T.max(slot_s[j], 0)
+    return T.if_then_else(
+        slot_s[j] >= 0,
+        T.cast(
+            T.cast(
+                kv_fp8[slot // block_size, (slot % block_size) * TOKEN_DATA_BYTES + d],
+                T.float32,
+            )
+            * T.cast(scale_s[j, d // QUANT_BLOCK], T.float32),
+            T.bfloat16,
+        ),
+        T.cast(0, T.bfloat16),
+    )
+
+
+def _rope_value(kv_bf16, slot_s, j, d, block_size, tok_words):
+    slot = T.max(slot_s[j], 0)
+    return T.if_then_else(
+        slot_s[j] >= 0,
+        kv_bf16[slot // block_size, (slot % block_size) * tok_words + NOPE_DIM // 2 + d],
+        T.cast(0, T.bfloat16),
+    )
+
+
+@T.macro
+def _attend_tile(
+    q_s, kv_s, t, p_s, slot_s, len_s, acc_s, acc_o, m_i, m_prev, l_i, l_tile,
+    alpha, pos0, scale_log2,
+):  # fmt: skip
+    """Resident tile t of the online softmax (the streaming kernel's loop body
+    without its gather); pos0: the chunk's first index position."""
+    m_pad, block_kv = acc_s.shape
+    for m, j in T.Parallel(m_pad, block_kv):
+        acc_s[m, j] = T.if_then_else(
+            (pos0 + t * block_kv + j < len_s[m]) & (slot_s[t * block_kv + j] >= 0),
+            0,
+            -T.infinity(T.float32),
+        )
+    T.gemm(
+        q_s, kv_s[t, :, :], acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol
+    )
+    T.copy(m_i, m_prev)
+    T.reduce_max(acc_s, m_i, dim=1, clear=False)
+    for m in T.Parallel(m_pad):
+        m_i[m] = T.max(m_i[m], m_prev[m])
+        alpha[m] = T.exp2((m_prev[m] - m_i[m]) * scale_log2)
+    for m, j in T.Parallel(m_pad, block_kv):
+        acc_s[m, j] = T.exp2((acc_s[m, j] - m_i[m]) * scale_log2)
+    T.reduce_sum(acc_s, l_tile, dim=1)
+    for m in T.Parallel(m_pad):
+        l_i[m] = l_i[m] * alpha[m] + l_tile[m]
+    for m, d in T.Parallel(m_pad, HEAD_DIM):
+        acc_o[m, d] = acc_o[m, d] * alpha[m]
+    T.copy(acc_s, p_s)
+    T.gemm(p_s, kv_s[t, :, :], acc_o, policy=T.GemmWarpPolicy.FullCol)

@@ -369,10 +369,10 @@ SWEEP_CONFIGS = tuple(
     # the KV-resident kernel (a request's window dequantised once into shared memory, the CTA
     # looping over its query groups): every group in one CTA, and 64 x 1 over 2 CTAs (3 + 2
     # passes), 16 x 4 and 8 x 5 (one pass a head group) beside it
-    dc.TileConfig(64, 48, 256, 1, 1, 64, False, 1, 1, True, resident=True),
-    dc.TileConfig(64, 48, 256, 1, 1, 64, False, 1, 1, True, resident=True, passes=3),
-    dc.TileConfig(16, 48, 256, 1, 1, 64, False, 4, 1, True, resident=True),
-    dc.TileConfig(8, 48, 256, 1, 1, 64, False, 0, 1, True, resident=True),
+    dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True, resident=True),
+    dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True, resident=True, passes=3),
+    dc.TileConfig(16, 64, 256, 1, 1, 64, False, 4, 1, True, resident=True),
+    dc.TileConfig(8, 64, 256, 1, 1, 64, False, 0, 1, True, resident=True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass

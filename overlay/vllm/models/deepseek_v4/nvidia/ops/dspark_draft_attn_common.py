@@ -120,11 +120,12 @@ class TileConfig:
     merge_prefetch: bool = False
     # KV-resident kernel (dspark_draft_attn_resident_tilelang, SM90, large
     # batches): a CTA dequantises its request's live slots once into
-    # resident_tiles bf16 tiles of block_kv rows and loops over `passes` of
-    # its request's query groups (0 = all of them)
+    # resident_tiles bf16 tiles of block_kv rows and a tail of tail_kv, and
+    # loops over `passes` of its request's query groups (0 = all of them)
     resident: bool = False
     passes: int = 0
-    resident_tiles: int = 3
+    resident_tiles: int = 2
+    tail_kv: int = 16
 
 
 def query_groups(num_queries: int, queries_per_cta: int) -> tuple[int, int]:
@@ -244,12 +245,21 @@ def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
 
 
 def resident_smem_bytes(cfg: TileConfig, num_queries: int) -> int:
-    """Shared memory of the KV-resident kernel: the resident bf16 tiles, Q
-    (one wgmma tile of rows), P, the live flags and the rows' lengths, plus
-    the same 4 KiB reduction allowance as smem_bytes."""
+    """Shared memory of the KV-resident kernel: the resident bf16 tiles and
+    the tail, Q (one wgmma tile of rows), P for a tile and for the tail, the
+    slots, their bf16 scales and the rows' lengths, plus 4 KiB for the four
+    reductions' workspaces (sm_90a codegen: 231,424 B for the default)."""
     rows = padded_rows(cta_queries(num_queries, cfg), cfg.heads_per_cta, WGMMA_ROWS)
-    cap = cfg.block_kv * cfg.resident_tiles
-    return 2 * cap * HEAD_DIM + 2 * rows * HEAD_DIM + 2 * rows * cfg.block_kv + cap + 4 * rows + 4096
+    cap = cfg.block_kv * cfg.resident_tiles + cfg.tail_kv
+    return (
+        2 * cap * HEAD_DIM
+        + 2 * rows * HEAD_DIM
+        + 2 * rows * (cfg.block_kv + cfg.tail_kv)
+        + 4 * cap
+        + 2 * cap * SCALE_BYTES_PER_TOKEN
+        + 4 * rows
+        + 4096
+    )
 
 
 def _resident_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
@@ -262,8 +272,8 @@ def _resident_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append("the KV-resident kernel runs 2 wgmma warpgroups (256 threads)")
     if rows > WGMMA_ROWS:
         bad.append(f"{rows} rows > {WGMMA_ROWS} (one wgmma row tile a pass)")
-    if cfg.block_kv % 16:
-        bad.append(f"block_kv {cfg.block_kv} is not 2 warpgroups x a multiple of 8")
+    if cfg.block_kv % 16 or cfg.tail_kv % 16 or cfg.tail_kv < 16:
+        bad.append("block_kv and tail_kv: 2 warpgroups x a multiple of 8, tail >= 16")
     if cfg.kv_splits != 1 or cfg.merge_prefetch or cfg.dsmem_merge:
         bad.append("the KV-resident kernel does not split KV")
     if cfg.passes < 0 or cfg.resident_tiles < 1:
@@ -424,22 +434,23 @@ def resident_tile(
 ) -> TileConfig:
     """The KV-resident tile for cfg's arch: the widest head group with as
     many queries as fill a 64-row wgmma tile a pass (64 heads x 1 query,
-    32 x 2, 16 x 4, 8 x N), three resident 48-token tiles (144 slots >= the
-    window of 128 + N)."""
+    32 x 2, 16 x 4, 8 x N), two resident 64-token tiles and a 16-token tail
+    (144 slots >= the window of 128 + N)."""
     heads = max(h for h in range(8, WGMMA_ROWS + 1, 8) if num_heads % h == 0)
     queries = max(1, WGMMA_ROWS // heads)
     return replace(
         cfg,
         heads_per_cta=heads,
         queries_per_cta=queries if queries < num_queries else 0,
-        block_kv=48,
+        block_kv=64,
         num_stages=1,
         kv_splits=1,
         merge_prefetch=False,
         dsmem_merge=False,
         resident=True,
         passes=passes,
-        resident_tiles=3,
+        resident_tiles=2,
+        tail_kv=16,
     )
 
 

@@ -9,17 +9,19 @@ dequantised 5 times, each time as a chain of tile gathers one CTA per SM
 waits on. Here one CTA takes a request's head group and loops over its
 query groups ("passes", each one 64-row wgmma tile of (query, head) rows):
 
-1. dequantise the request's live slots once into shared memory, all
-   resident tiles at once (one DRAM round trip, not one per tile), while
-   the first pass's Q arrives by cp.async;
+1. gather the request's live slots once, every load of the window in flight
+   together (into registers, then dequantised into shared memory), while the
+   first pass's Q arrives by cp.async;
 2. per pass: S = Q K^T, online softmax and O += P V over the resident
    tiles, the sink folded in, O written through the (then free) Q buffer.
 
-Shared memory: resident_tiles * block_kv bf16 rows of 512 (3 x 48 = 144 >=
-128 + N for DSV4's window) + Q (64 x 512) + P (64 x block_kv), 222 KB of
-SM90's 227 KB. A row with more live slots than that (indices wider than the
-window) is still correct: its slots are dequantised chunk by chunk in every
-pass (slow, never the DSpark case).
+Shared memory: resident_tiles x block_kv + tail_kv bf16 rows of 512 (2 x 64
++ 16 = 144 >= 128 + N for DSV4's window) + Q (64 x 512) + P, 226 KB of SM90's
+227 KB. The 64-token tiles keep each GEMM at wgmma n = 32 a warpgroup (TileLang
+takes n = gcd(columns a warpgroup, 256): 48-token tiles gave n = 8, three
+times the instructions). A row with more live slots than that (indices wider
+than the window) is still correct: its slots are dequantised chunk by chunk,
+a slot at a time, in every pass (slow, never the DSpark case).
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ from vllm.tilelang_utils import T, tilelang_jit
 # fp32 bit pattern of 2^(e - 127) is e << 23 for a UE8M0 byte e >= 1; byte 0
 # is the fp32 subnormal 2^-127, kept exact as the reference has it.
 _TWO_POW_M127 = 2.0**-127
+# Resident tiles whose raw bytes are in registers at once: the first 64-token
+# tile, then the rest (the second and the tail). Two full tiles at once
+# spilled on sm_90a (232-868 B with ptxas, tilelang 0.1.12); one does not.
+GATHER_GROUP = 1
+
 
 
 @tilelang_jit
@@ -62,8 +69,9 @@ def dspark_draft_attn_resident_tilelang(
     heads_per_cta: int = 64,
     queries_per_cta: int = 1,
     passes: int = 0,
-    block_kv: int = 48,
-    resident_tiles: int = 3,
+    block_kv: int = 64,
+    resident_tiles: int = 2,
+    tail_kv: int = 16,
     threads: int = 256,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V,
@@ -82,7 +90,9 @@ def dspark_draft_attn_resident_tilelang(
     head_groups = num_heads // heads_per_cta
     rows = qpc * heads_per_cta
     m_pad = padded_rows(qpc, heads_per_cta, 64)
-    cap = block_kv * resident_tiles
+    full = block_kv * resident_tiles
+    cap = full + tail_kv
+    assert tail_kv > 0, "the tile list ends with the tail tile"
     scale_log2 = scale * LOG2E
     scale_off = block_size * TOKEN_DATA_BYTES
     assert page_bytes % 8 == 0 and scale_off % 8 == 0
@@ -102,13 +112,15 @@ def dspark_draft_attn_resident_tilelang(
         gid = bx % head_groups
         first_group = bx // head_groups * n_pass
         q_s = T.alloc_shared([m_pad, HEAD_DIM], T.bfloat16)
-        # the resident tiles (each GEMM takes one: kv_s[t, :, :])
+        # the resident tiles (a GEMM takes one: kv_s[t, :, :]) and the tail
         kv_s = T.alloc_shared([resident_tiles, block_kv, HEAD_DIM], T.bfloat16)
+        kv_tail = T.alloc_shared([1, tail_kv, HEAD_DIM], T.bfloat16)
         p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
+        p_tail = T.alloc_shared([m_pad, tail_kv], T.bfloat16)
         # A chunk's cache slots (-1: dead) and UE8M0 scales, read once. Static
         # shared memory: TileLang's barrier planner treats the dynamic buffers
         # as one, so reading these while writing the tiles would put a CTA
-        # barrier in every iteration of the dequantisation loop.
+        # barrier in every iteration of the dequantisation loops.
         slot_s = T.alloc_shared([cap], T.int32, scope="shared")
         scale_s = T.alloc_shared(
             [cap, SCALE_BYTES_PER_TOKEN], T.bfloat16, scope="shared"
@@ -116,6 +128,7 @@ def dspark_draft_attn_resident_tilelang(
         len_s = T.alloc_shared([m_pad], T.int32)
 
         acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
+        acc_t = T.alloc_fragment([m_pad, tail_kv], T.float32)
         acc_o = T.alloc_fragment([m_pad, HEAD_DIM], T.float32)
         m_i = T.alloc_fragment([m_pad], T.float32)
         m_prev = T.alloc_fragment([m_pad], T.float32)
@@ -133,18 +146,16 @@ def dspark_draft_attn_resident_tilelang(
         live_len = T.min(max_len, width)
         num_chunks = T.ceildiv(live_len, cap)
 
-        # The first pass's Q in flight while the first chunk is dequantised
-        # (before the accumulator is live, so the loads need no spills).
+        # The first pass's Q in flight while the first chunk is gathered
+        # (before the accumulator is live: the gathers' registers are free).
         _issue_q(q, q_s, rid, first_group * qpc, gid, heads_per_cta, qpc, num_queries)
         _chunk_slots(
             kv_i64, indices, slot_s, scale_s, rid, src_row, 0, live_len, width,
             block_size, scale_off,
         )  # fmt: skip
-        # unrolled: every tile's loads in flight together
-        for t in T.unroll(resident_tiles):
-            _dequant_tile(
-                kv_fp8, kv_bf16, kv_s, t, slot_s, scale_s, block_size, tok_words
-            )
+        _gather_resident(
+            kv_fp8, kv_bf16, kv_s, kv_tail, slot_s, scale_s, block_size, tok_words
+        )
         for p in T.serial(n_pass):
             grp = first_group + p
             if grp < q_groups:
@@ -176,11 +187,11 @@ def dspark_draft_attn_resident_tilelang(
                             kv_i64, indices, slot_s, scale_s, rid, src_row, c * cap,
                             live_len, width, block_size, scale_off,
                         )  # fmt: skip
-                        # a token at a time: few registers beside the
+                        # a slot at a time: few registers beside the
                         # accumulator (this path is not the fast one)
                         for j in T.serial(cap):
-                            _dequant_token(
-                                kv_fp8, kv_bf16, kv_s, j, slot_s, scale_s,
+                            _dequant_slot(
+                                kv_fp8, kv_bf16, kv_s, kv_tail, j, slot_s, scale_s,
                                 block_size, tok_words,
                             )  # fmt: skip
                     T.ptx_wait_group(0)
@@ -188,9 +199,16 @@ def dspark_draft_attn_resident_tilelang(
                     for t in T.serial(resident_tiles):
                         if c * cap + t * block_kv < live_len:
                             _attend_tile(
-                                q_s, kv_s, t, p_s, slot_s, len_s, acc_s, acc_o, m_i,
-                                m_prev, l_i, l_tile, alpha, c * cap, scale_log2,
+                                q_s, kv_s, t, t * block_kv, p_s, slot_s, len_s, acc_s,
+                                acc_o, m_i, m_prev, l_i, l_tile, alpha, c * cap,
+                                scale_log2,
                             )  # fmt: skip
+                    if c * cap + full < live_len:
+                        _attend_tile(
+                            q_s, kv_tail, 0, full, p_tail, slot_s, len_s, acc_t,
+                            acc_o, m_i, m_prev, l_i, l_tile, alpha, c * cap,
+                            scale_log2,
+                        )  # fmt: skip
                 # Q's copies are waited on in the chunk loop, which an empty
                 # row skips; q_s is written below
                 T.ptx_wait_group(0)
@@ -221,8 +239,32 @@ def dspark_draft_attn_resident_tilelang(
                         ] = q_s[m, d]
 
 
-# Macros after the kernel's @tilelang_jit: without tilelang, importing this
-# module fails with vLLM's own "tilelang is required" ImportError.
+# Helpers after the kernel's @tilelang_jit: without tilelang, importing this
+# module fails with vLLM's own "tilelang is required" ImportError. Plain
+# functions loop over tiles in Python (TileLang's parser turns a `for` in a
+# kernel or macro body into a loop of the kernel).
+def _gather_resident(kv_fp8, kv_bf16, kv_s, kv_tail, slot_s, scale_s, block_size,
+                     tok_words):  # fmt: skip
+    """The chunk's slots into the resident tiles: every tile's raw bytes
+    loaded into registers first, then dequantised into shared memory (two
+    DRAM round trips: GATHER_GROUP). A loop that loads and stores shared
+    memory in turn runs one round trip at a time (the compiler cannot move a
+    slot read above a shared store it may alias: ~45 us for 144 slots, H100
+    run 35)."""
+    tiles = [(kv_s, t, t * int(kv_s.shape[1])) for t in range(int(kv_s.shape[0]))]
+    tiles.append((kv_tail, 0, int(kv_s.shape[0]) * int(kv_s.shape[1])))
+    for group in (tiles[:GATHER_GROUP], tiles[GATHER_GROUP:]):
+        raw = []
+        for dst, _, j0 in group:
+            rows = int(dst.shape[1])
+            nope = T.alloc_fragment([rows, NOPE_DIM], T.float8_e4m3fn)
+            rope = T.alloc_fragment([rows, ROPE_DIM], T.bfloat16)
+            _load_raw(kv_fp8, kv_bf16, nope, rope, slot_s, j0, block_size, tok_words)
+            raw.append((nope, rope))
+        for (dst, t, j0), (nope, rope) in zip(group, raw):
+            _store_dequantised(dst, t, nope, rope, slot_s, scale_s, j0)
+
+
 @T.macro
 def _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries):
     """The pass's Q rows by cp.async (waited on before the first GEMM)."""
@@ -265,88 +307,117 @@ def _chunk_slots(
 
 
 @T.macro
-def _dequant_tile(kv_fp8, kv_bf16, kv_s, t, slot_s, scale_s, block_size, tok_words):
-    """Resident tile t from the chunk's slots, dequantised straight from global
-    memory (no staging buffer: all of a thread's loads in flight at once);
-    dead slots become zeros."""
-    block_kv = kv_s.shape[1]
-    for j, d in T.Parallel(block_kv, NOPE_DIM):
-        kv_s[t, j, d] = _nope_value(
-            kv_fp8, slot_s, scale_s, t * block_kv + j, d, block_size
+def _load_raw(kv_fp8, kv_bf16, nope, rope, slot_s, j0, block_size, tok_words):
+    """Raw e4m3 NoPE bytes and bf16 RoPE values of chunk slots j0 ... into
+    registers (dead slots read slot 0; the store masks them)."""
+    for j, d in T.Parallel(nope.shape[0], NOPE_DIM):
+        slot = T.max(slot_s[j0 + j], 0)
+        nope[j, d] = kv_fp8[
+            slot // block_size, (slot % block_size) * TOKEN_DATA_BYTES + d
+        ]
+    for j, d in T.Parallel(rope.shape[0], ROPE_DIM):
+        slot = T.max(slot_s[j0 + j], 0)
+        rope[j, d] = kv_bf16[
+            slot // block_size, (slot % block_size) * tok_words + NOPE_DIM // 2 + d
+        ]
+
+
+@T.macro
+def _store_dequantised(dst, t, nope, rope, slot_s, scale_s, j0):
+    """Registers -> bf16 tile dst[t]; dead slots become zeros."""
+    for j, d in T.Parallel(nope.shape[0], NOPE_DIM):
+        dst[t, j, d] = T.if_then_else(
+            slot_s[j0 + j] >= 0,
+            T.cast(
+                T.cast(nope[j, d], T.float32)
+                * T.cast(scale_s[j0 + j, d // QUANT_BLOCK], T.float32),
+                T.bfloat16,
+            ),
+            T.cast(0, T.bfloat16),
         )
-    for j, d in T.Parallel(block_kv, ROPE_DIM):
-        kv_s[t, j, NOPE_DIM + d] = _rope_value(
-            kv_bf16, slot_s, t * block_kv + j, d, block_size, tok_words
+    for j, d in T.Parallel(rope.shape[0], ROPE_DIM):
+        dst[t, j, NOPE_DIM + d] = T.if_then_else(
+            slot_s[j0 + j] >= 0, rope[j, d], T.cast(0, T.bfloat16)
         )
 
 
 @T.macro
-def _dequant_token(kv_fp8, kv_bf16, kv_s, j, slot_s, scale_s, block_size, tok_words):
+def _dequant_slot(
+    kv_fp8, kv_bf16, kv_s, kv_tail, j, slot_s, scale_s, block_size, tok_words
+):  # fmt: skip
     """Chunk slot j into its resident tile (the slow path's loop body)."""
-    block_kv = kv_s.shape[1]
+    full = kv_s.shape[0] * kv_s.shape[1]
+    if j < full:
+        _dequant_row(
+            kv_fp8, kv_bf16, kv_s, j // kv_s.shape[1], j % kv_s.shape[1], j, slot_s,
+            scale_s, block_size, tok_words,
+        )  # fmt: skip
+    else:
+        _dequant_row(
+            kv_fp8, kv_bf16, kv_tail, 0, j - full, j, slot_s, scale_s, block_size,
+            tok_words,
+        )  # fmt: skip
+
+
+@T.macro
+def _dequant_row(
+    kv_fp8, kv_bf16, dst, t, row, j, slot_s, scale_s, block_size, tok_words
+):  # fmt: skip
+    slot = T.max(slot_s[j], 0)
+    live = slot_s[j] >= 0
     for d in T.Parallel(NOPE_DIM):
-        kv_s[j // block_kv, j % block_kv, d] = _nope_value(
-            kv_fp8, slot_s, scale_s, j, d, block_size
+        dst[t, row, d] = T.if_then_else(
+            live,
+            T.cast(
+                T.cast(
+                    kv_fp8[
+                        slot // block_size, (slot % block_size) * TOKEN_DATA_BYTES + d
+                    ],
+                    T.float32,
+                )
+                * T.cast(scale_s[j, d // QUANT_BLOCK], T.float32),
+                T.bfloat16,
+            ),
+            T.cast(0, T.bfloat16),
         )
     for d in T.Parallel(ROPE_DIM):
-        kv_s[j // block_kv, j % block_kv, NOPE_DIM + d] = _rope_value(
-            kv_bf16, slot_s, j, d, block_size, tok_words
+        dst[t, row, NOPE_DIM + d] = T.if_then_else(
+            live,
+            kv_bf16[
+                slot // block_size,
+                (slot % block_size) * tok_words + NOPE_DIM // 2 + d,
+            ],
+            T.cast(0, T.bfloat16),
         )
-
-
-def _nope_value(kv_fp8, slot_s, scale_s, j, d, block_size):
-    slot = T.max(slot_s[j], 0)
-    return T.if_then_else(
-        slot_s[j] >= 0,
-        T.cast(
-            T.cast(
-                kv_fp8[slot // block_size, (slot % block_size) * TOKEN_DATA_BYTES + d],
-                T.float32,
-            )
-            * T.cast(scale_s[j, d // QUANT_BLOCK], T.float32),
-            T.bfloat16,
-        ),
-        T.cast(0, T.bfloat16),
-    )
-
-
-def _rope_value(kv_bf16, slot_s, j, d, block_size, tok_words):
-    slot = T.max(slot_s[j], 0)
-    return T.if_then_else(
-        slot_s[j] >= 0,
-        kv_bf16[slot // block_size, (slot % block_size) * tok_words + NOPE_DIM // 2 + d],
-        T.cast(0, T.bfloat16),
-    )
 
 
 @T.macro
 def _attend_tile(
-    q_s, kv_s, t, p_s, slot_s, len_s, acc_s, acc_o, m_i, m_prev, l_i, l_tile,
+    q_s, kv3, t, j0, p, slot_s, len_s, acc, acc_o, m_i, m_prev, l_i, l_tile,
     alpha, pos0, scale_log2,
 ):  # fmt: skip
-    """Resident tile t of the online softmax (the streaming kernel's loop body
-    without its gather); pos0: the chunk's first index position."""
-    m_pad, block_kv = acc_s.shape
-    for m, j in T.Parallel(m_pad, block_kv):
-        acc_s[m, j] = T.if_then_else(
-            (pos0 + t * block_kv + j < len_s[m]) & (slot_s[t * block_kv + j] >= 0),
+    """Tile kv3[t] (chunk slots j0 ...) of the online softmax: the streaming
+    kernel's loop body without its gather; pos0: the chunk's first index
+    position."""
+    m_pad, cols = acc.shape
+    for m, j in T.Parallel(m_pad, cols):
+        acc[m, j] = T.if_then_else(
+            (pos0 + j0 + j < len_s[m]) & (slot_s[j0 + j] >= 0),
             0,
             -T.infinity(T.float32),
         )
-    T.gemm(
-        q_s, kv_s[t, :, :], acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullCol
-    )
+    T.gemm(q_s, kv3[t, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
     T.copy(m_i, m_prev)
-    T.reduce_max(acc_s, m_i, dim=1, clear=False)
+    T.reduce_max(acc, m_i, dim=1, clear=False)
     for m in T.Parallel(m_pad):
         m_i[m] = T.max(m_i[m], m_prev[m])
         alpha[m] = T.exp2((m_prev[m] - m_i[m]) * scale_log2)
-    for m, j in T.Parallel(m_pad, block_kv):
-        acc_s[m, j] = T.exp2((acc_s[m, j] - m_i[m]) * scale_log2)
-    T.reduce_sum(acc_s, l_tile, dim=1)
+    for m, j in T.Parallel(m_pad, cols):
+        acc[m, j] = T.exp2((acc[m, j] - m_i[m]) * scale_log2)
+    T.reduce_sum(acc, l_tile, dim=1)
     for m in T.Parallel(m_pad):
         l_i[m] = l_i[m] * alpha[m] + l_tile[m]
     for m, d in T.Parallel(m_pad, HEAD_DIM):
         acc_o[m, d] = acc_o[m, d] * alpha[m]
-    T.copy(acc_s, p_s)
-    T.gemm(p_s, kv_s[t, :, :], acc_o, policy=T.GemmWarpPolicy.FullCol)
+    T.copy(acc, p)
+    T.gemm(p, kv3[t, :, :], acc_o, policy=T.GemmWarpPolicy.FullCol)

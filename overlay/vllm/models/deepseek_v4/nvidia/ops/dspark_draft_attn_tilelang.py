@@ -1143,6 +1143,7 @@ class DSparkDraftAttnTileLangKernel(
         resident: bool
         passes: int
         resident_tiles: int
+        tail_kv: int
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -1194,6 +1195,7 @@ class DSparkDraftAttnTileLangKernel(
             resident=cfg.resident,
             passes=cfg.passes,
             resident_tiles=cfg.resident_tiles,
+            tail_kv=cfg.tail_kv,
         )
 
     def get_warmup_keys(
@@ -1294,6 +1296,7 @@ class DSparkDraftAttnTileLangKernel(
                 key.passes,
                 key.block_kv,
                 key.resident_tiles,
+                key.tail_kv,
                 key.threads,
             )
         return (key,), (

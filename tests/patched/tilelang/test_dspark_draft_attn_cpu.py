@@ -205,9 +205,14 @@ def test_compile_keys(kernel_module):
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
     page = dc.fp8_ds_mla_page_bytes(64)
     kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
-    # SM90: the unsplit key and the split ones small batches pick (192 slots: 6 32-token or 3
-    # 64-token tiles, one CTA each; 4 heads a CTA, then 8; all of the request's queries)
-    k90, *split = owner.get_warmup_keys(**kw, capability=(9, 0))
+    # SM90: the unsplit key, the split ones small batches pick (192 slots: 6 32-token or 3
+    # 64-token tiles, one CTA each; 4 heads a CTA, then 8; all of the request's queries) and the
+    # KV-resident one large batches pick (16 heads x 4 queries a pass, 2 passes a CTA)
+    k90, *split, kres = owner.get_warmup_keys(**kw, capability=(9, 0))
+    assert (kres.resident, kres.heads_per_cta, kres.queries_per_cta, kres.passes) == (True, 16, 4, 0)
+    assert (kres.block_kv, kres.resident_tiles, kres.tail_kv, kres.kv_splits) == (64, 2, 16, 1)
+    assert owner.kernel(kres) is kernel_module.dspark_draft_attn_resident_tilelang
+    assert not any(k.resident for k in (k90, *split))
     assert [(k.heads_per_cta, k.block_kv, k.kv_splits) for k in split] == [(4, 32, 6), (4, 64, 3), (8, 64, 3)]
     # every split key with the merge's prefetch (the L2 merge's partial outputs copied in first)
     assert split[-1] == dataclasses.replace(k90, kv_splits=3, merge_prefetch=True)
@@ -434,7 +439,13 @@ def test_launch_tile_takes_the_finest_split_that_fits():
         6: (64, 1, 64, 1),  # 144 even with 8 heads: unsplit, 5 CTAs a request
         64: (64, 1, 64, 1),
     }
-    assert dc.launch_tile(cfg, 64, 64, 192, 132, (9, 0), 5) == cfg
+    # past one wave of the streaming tile (27 requests x 5 CTAs > 132), the KV-resident tile:
+    # a CTA a request, its window dequantised once for the 5 passes
+    assert dc.launch_tile(cfg, 26, 64, 192, 132, (9, 0), 5) == cfg
+    res = dc.launch_tile(cfg, 27, 64, 192, 132, (9, 0), 5)
+    assert res == dc.resident_tile(cfg, 64, 5) and res.resident and dc.launch_ctas(res, 27, 64, 5) == 27
+    assert dc.launch_tile(cfg, 64, 64, 192, 132, (9, 0), 5) == res
+    assert dc.tile_rule_violations(res, 5) == [] and dc.tile_rule_violations(res, 7) == []
     shape = lambda t: (t.heads_per_cta, t.block_kv, t.kv_splits)  # noqa: E731
     cfg = dc.select_tile_config(16, 5, (9, 0))  # 8 heads x 5 queries: 2 CTAs a request
     at16 = {r: shape(dc.launch_tile(cfg, r, 16, 192, 132, (9, 0), 5)) for r in (1, 5, 8, 11, 12, 22, 23)}
@@ -497,7 +508,8 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
     assert (unsplit["compile_key"].heads_per_cta, unsplit["compile_key"].queries_per_cta) == (64, 1)
     assert unsplit["part_o"].shape == (1, 64, 512)  # a placeholder the kernel never reads
     assert unsplit["part_o"].data_ptr() != one["part_o"].data_ptr()
-    assert launch(64)["compile_key"].kv_splits == 1
+    big = launch(64)["compile_key"]  # 320 streaming CTAs: the KV-resident kernel, 64 CTAs
+    assert big.kv_splits == 1 and big.resident and big.heads_per_cta == 64
     # an arch that never splits never allocates the scratch
     monkeypatch.setattr(kernel_module, "_SPLIT_SCRATCH", {})
     sm12x = launch(1, capability=(12, 0))
@@ -566,3 +578,29 @@ def test_codegen_overrides_name_their_field():
     assert codegen.capability_of("90a") == (9, 0) and codegen.capability_of("120") == (12, 0)
     with pytest.raises(ValueError, match="--arch"):
         codegen.capability_of("sm90")
+
+
+def test_kv_resident_tile_rules():
+    """The KV-resident kernel (large SM90 batches): a CTA a (request, head group) looping over
+    `passes` query groups of one 64-row wgmma tile each, 2 x 64 + 16 resident slots (>= the
+    window of 128 + N) in SM90's shared memory. Never SM12x (its 99 KB do not hold them) or the
+    warp-specialised kernel; the CTA count follows the passes."""
+    for h, n, heads, queries, ctas in ((64, 5, 64, 1, 1), (64, 7, 64, 1, 1), (32, 5, 32, 2, 1),
+                                        (16, 5, 16, 4, 1), (8, 7, 8, 7, 1)):
+        t = dc.resident_tile(dc.select_tile_config(h, n, (9, 0)), h, n)
+        assert (t.heads_per_cta, dc.cta_queries(n, t), dc.launch_ctas(t, 3, h, n)) == (heads, queries, 3 * ctas)
+        assert dc.tile_rule_violations(t, n) == [], (h, n)
+        assert dc.resident_smem_bytes(t, n) <= dc.SM90_SMEM_BYTES
+        assert t.block_kv * t.resident_tiles + t.tail_kv >= 128 + n
+    split = dc.resident_tile(dc.select_tile_config(64, 5, (9, 0)), 64, 5, passes=3)
+    assert dc.launch_ctas(split, 4, 64, 5) == 8  # 3 + 2 passes a request
+    assert not dc.resident_kv(dc.select_tile_config(64, 5, (12, 0)), (12, 0))
+    assert not dc.resident_kv(dc.warp_specialized_config(64, 5), (9, 0))
+    sm12x = dc.select_tile_config(64, 5, (12, 0))
+    assert not dc.launch_tile(sm12x, 512, 64, 192, 188, (12, 0), 5).resident
+    # what the rules refuse: a third 64-token tile (no room), 80 rows a pass, a split
+    big = dataclasses.replace(split, resident_tiles=3)
+    assert any("shared memory" in v for v in dc.tile_rule_violations(big, 5))
+    assert dc.tile_rule_violations(dataclasses.replace(split, heads_per_cta=16, queries_per_cta=5), 5)
+    assert dc.tile_rule_violations(dataclasses.replace(split, kv_splits=2), 5)
+    assert dc.tile_rule_violations(dataclasses.replace(split, tail_kv=8), 5)

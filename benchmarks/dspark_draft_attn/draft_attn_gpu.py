@@ -702,7 +702,8 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             if launch.resident:
                 # the streaming kernel's unsplit tile (the default before the KV-resident one),
                 # timed in the same run
-                streaming = lambda b=b, out=out, c=replace(cfg, kv_splits=1): run_kernel(b, out, tile=c)  # noqa: E731
+                one = replace(cfg, kv_splits=1)
+                streaming = lambda b=b, out=out, c=one: run_kernel(b, out, tile=c)  # noqa: E731
                 streaming()
                 row["tilelang_streaming_graph_cold_1layer_us"] = cold_graph_us([streaming])
                 row["tilelang_streaming_graph_cold_1layer_us_again"] = cold_graph_us([streaming])

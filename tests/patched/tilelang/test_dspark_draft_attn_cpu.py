@@ -208,7 +208,11 @@ def test_compile_keys(kernel_module):
     # SM90: the unsplit key, the split ones small batches pick (192 slots: 6 32-token or 3
     # 64-token tiles, one CTA each; 4 heads a CTA, then 8; all of the request's queries) and the
     # KV-resident one large batches pick (16 heads x 4 queries a pass, 2 passes a CTA)
-    k90, *split, kres = owner.get_warmup_keys(**kw, capability=(9, 0))
+    k90, *split = owner.get_warmup_keys(**kw, capability=(9, 0))
+    # the KV-resident kernel is not a default yet (unmeasured since its fix): an explicit tile
+    kres = owner.dispatch(num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=page,
+                          scale=512**-0.5, capability=(9, 0),
+                          tile=dc.resident_tile(dc.select_tile_config(16, 5, (9, 0)), 16, 5))
     assert (kres.resident, kres.heads_per_cta, kres.queries_per_cta, kres.passes) == (True, 16, 4, 0)
     assert (kres.block_kv, kres.resident_tiles, kres.tail_kv, kres.kv_splits) == (64, 2, 16, 1)
     assert owner.kernel(kres) is kernel_module.dspark_draft_attn_resident_tilelang
@@ -439,12 +443,8 @@ def test_launch_tile_takes_the_finest_split_that_fits():
         6: (64, 1, 64, 1),  # 144 even with 8 heads: unsplit, 5 CTAs a request
         64: (64, 1, 64, 1),
     }
-    # past one wave of the streaming tile (27 requests x 5 CTAs > 132), the KV-resident tile:
-    # a CTA a request, its window dequantised once for the 5 passes
-    assert dc.launch_tile(cfg, 26, 64, 192, 132, (9, 0), 5) == cfg
-    res = dc.launch_tile(cfg, 27, 64, 192, 132, (9, 0), 5)
-    assert res == dc.resident_tile(cfg, 64, 5) and res.resident and dc.launch_ctas(res, 27, 64, 5) == 27
-    assert dc.launch_tile(cfg, 64, 64, 192, 132, (9, 0), 5) == res
+    assert dc.launch_tile(cfg, 64, 64, 192, 132, (9, 0), 5) == cfg  # never the KV-resident tile
+    res = dc.resident_tile(cfg, 64, 5)
     assert dc.tile_rule_violations(res, 5) == [] and dc.tile_rule_violations(res, 7) == []
     shape = lambda t: (t.heads_per_cta, t.block_kv, t.kv_splits)  # noqa: E731
     cfg = dc.select_tile_config(16, 5, (9, 0))  # 8 heads x 5 queries: 2 CTAs a request
@@ -508,8 +508,8 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
     assert (unsplit["compile_key"].heads_per_cta, unsplit["compile_key"].queries_per_cta) == (64, 1)
     assert unsplit["part_o"].shape == (1, 64, 512)  # a placeholder the kernel never reads
     assert unsplit["part_o"].data_ptr() != one["part_o"].data_ptr()
-    big = launch(64)["compile_key"]  # 320 streaming CTAs: the KV-resident kernel, 64 CTAs
-    assert big.kv_splits == 1 and big.resident and big.heads_per_cta == 64
+    big = launch(64)["compile_key"]
+    assert big.kv_splits == 1 and not big.resident and big.heads_per_cta == 64
     # an arch that never splits never allocates the scratch
     monkeypatch.setattr(kernel_module, "_SPLIT_SCRATCH", {})
     sm12x = launch(1, capability=(12, 0))

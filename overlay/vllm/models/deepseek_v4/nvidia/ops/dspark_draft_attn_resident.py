@@ -49,7 +49,6 @@ _TWO_POW_M127 = 2.0**-127
 GATHER_GROUP = 1
 
 
-
 @tilelang_jit
 def dspark_draft_attn_resident_tilelang(
     q,

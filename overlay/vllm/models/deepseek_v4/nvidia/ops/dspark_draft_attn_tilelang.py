@@ -56,8 +56,6 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     launch_tile,
     padded_rows,
     query_groups,
-    resident_kv,
-    resident_tile,
     select_tile_config,
     split_tiles,
 )
@@ -1210,13 +1208,10 @@ class DSparkDraftAttnTileLangKernel(
         capability: tuple[int, int],
     ) -> list[CompileKey]:
         # The unsplit key and, on SM90, the split ones small batches pick
-        # (launch_tile: one CTA a KV tile, narrow tiles where they fit) and
-        # the KV-resident one large batches pick.
+        # (launch_tile: one CTA a KV tile, narrow tiles where they fit).
         width = dspark_index_width(window_size, num_queries)
         cfg = select_tile_config(num_heads, num_queries, capability)
         tiles = [cfg, *split_tiles(cfg, width, capability, num_queries)]
-        if resident_kv(cfg, capability):
-            tiles.append(resident_tile(cfg, num_heads, num_queries))
         return [
             self.dispatch(
                 num_heads=num_heads,

@@ -423,9 +423,10 @@ def _fill_wgmma_rows(cfg: TileConfig, num_heads: int, num_queries: int) -> TileC
 
 
 def resident_kv(cfg: TileConfig, capability: tuple[int, int]) -> bool:
-    """Whether large launches of cfg's shape take the KV-resident kernel:
-    SM90 only (its 222 KB of shared memory does not fit SM12x's 99 KB),
-    never the warp-specialised kernel."""
+    """Whether cfg's arch and kernel can run the KV-resident kernel (an
+    explicit tile for now; launch_tile does not take it): SM90 only (its
+    226 KB of shared memory does not fit SM12x's 99 KB), never with the
+    warp-specialised kernel."""
     return capability[0] == 9 and not cfg.warp_specialized
 
 

@@ -311,14 +311,10 @@ def _load_raw(kv_fp8, kv_bf16, nope, rope, slot_s, j0, block_size, tok_words):
     registers (dead slots read slot 0; the store masks them)."""
     for j, d in T.Parallel(nope.shape[0], NOPE_DIM):
         slot = T.max(slot_s[j0 + j], 0)
-        nope[j, d] = kv_fp8[
-            slot // block_size, (slot % block_size) * TOKEN_DATA_BYTES + d
-        ]
+        nope[j, d] = _nope_byte(kv_fp8, slot, d, block_size)
     for j, d in T.Parallel(rope.shape[0], ROPE_DIM):
         slot = T.max(slot_s[j0 + j], 0)
-        rope[j, d] = kv_bf16[
-            slot // block_size, (slot % block_size) * tok_words + NOPE_DIM // 2 + d
-        ]
+        rope[j, d] = _rope_value(kv_bf16, slot, d, block_size, tok_words)
 
 
 @T.macro
@@ -327,11 +323,7 @@ def _store_dequantised(dst, t, nope, rope, slot_s, scale_s, j0):
     for j, d in T.Parallel(nope.shape[0], NOPE_DIM):
         dst[t, j, d] = T.if_then_else(
             slot_s[j0 + j] >= 0,
-            T.cast(
-                T.cast(nope[j, d], T.float32)
-                * T.cast(scale_s[j0 + j, d // QUANT_BLOCK], T.float32),
-                T.bfloat16,
-            ),
+            _scaled(nope[j, d], scale_s[j0 + j, d // QUANT_BLOCK]),
             T.cast(0, T.bfloat16),
         )
     for j, d in T.Parallel(rope.shape[0], ROPE_DIM):
@@ -367,27 +359,35 @@ def _dequant_row(
     for d in T.Parallel(NOPE_DIM):
         dst[t, row, d] = T.if_then_else(
             live,
-            T.cast(
-                T.cast(
-                    kv_fp8[
-                        slot // block_size, (slot % block_size) * TOKEN_DATA_BYTES + d
-                    ],
-                    T.float32,
-                )
-                * T.cast(scale_s[j, d // QUANT_BLOCK], T.float32),
-                T.bfloat16,
+            _scaled(
+                _nope_byte(kv_fp8, slot, d, block_size),
+                scale_s[j, d // QUANT_BLOCK],
             ),
             T.cast(0, T.bfloat16),
         )
     for d in T.Parallel(ROPE_DIM):
         dst[t, row, NOPE_DIM + d] = T.if_then_else(
             live,
-            kv_bf16[
-                slot // block_size,
-                (slot % block_size) * tok_words + NOPE_DIM // 2 + d,
-            ],
+            _rope_value(kv_bf16, slot, d, block_size, tok_words),
             T.cast(0, T.bfloat16),
         )
+
+
+# Expressions both gathers (the fast one through registers, the slow one a
+# slot at a time) build: where a slot's bytes are, and the dequantisation.
+def _nope_byte(kv_fp8, slot, d, block_size):
+    return kv_fp8[slot // block_size, (slot % block_size) * TOKEN_DATA_BYTES + d]
+
+
+def _rope_value(kv_bf16, slot, d, block_size, tok_words):
+    return kv_bf16[
+        slot // block_size, (slot % block_size) * tok_words + NOPE_DIM // 2 + d
+    ]
+
+
+def _scaled(raw, scale):
+    """An e4m3 value times its bf16 power-of-two scale, as bf16."""
+    return T.cast(T.cast(raw, T.float32) * T.cast(scale, T.float32), T.bfloat16)
 
 
 @T.macro

@@ -800,6 +800,40 @@ def sweep(on_row=None, configs=SWEEP_CONFIGS, sizes=SWEEP_SIZES) -> dict[str, An
     return dict(rows=rows)
 
 
+def resident_rule(sizes, on_row=None) -> dict[str, Any]:
+    """launch_tile's KV-resident rule (resident_pays) against the clock: per (R, heads), N = 5,
+    the streaming unsplit tile and the KV-resident one, each checked against the reference and
+    timed twice (graph, cold L2), beside the tile the rule picks. SM90 only (resident_kv)."""
+    cap = torch.cuda.get_device_capability(0)
+    rows = []
+    for r, h in sizes:
+        cfg = dc.select_tile_config(h, 5, cap)
+        if not dc.resident_kv(cfg, cap):
+            continue
+        b = plain_batch(r, h, 4000 + r + h)
+        ref = reference(b)
+        sms = dk._sm_count(b.q.device)
+        pick = dc.launch_tile(cfg, r, h, b.width, sms, cap, b.n)
+        row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), sm_count=sms,
+                                   rule_picks_resident=pick.resident)
+        for name, tile in (("streaming", replace(cfg, kv_splits=1)), ("resident", dc.resident_tile(cfg, h, b.n))):
+            out = torch.empty_like(b.q)
+            fn = lambda b=b, out=out, tile=tile: run_kernel(b, out, tile=tile)  # noqa: E731
+            fn()
+            sync()
+            row[f"{name}_ok"] = compare(out, ref, b.lens)["ok"]
+            row[f"{name}_ctas"] = dc.launch_ctas(tile, r, h, b.n)
+            row[f"{name}_us"] = cold_graph_us([fn])
+            row[f"{name}_us_again"] = cold_graph_us([fn])  # A-vs-A
+        row["resident_faster"] = row["resident_us"] < row["streaming_us"]
+        row["rule_right"] = row["rule_picks_resident"] == row["resident_faster"]
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        if on_row is not None:
+            on_row(rows)
+    return dict(rows=rows, gather_cost=dc.RESIDENT_GATHER_COST, pass_cost=dc.RESIDENT_PASS_COST)
+
+
 def env_info() -> dict[str, Any]:
     import tilelang
     import triton
@@ -836,6 +870,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller matrix, no sweep")
     ap.add_argument("--configs", help="sweep only these SWEEP_CONFIGS indices (comma-separated)")
     ap.add_argument("--sizes", help="sweep only these RxH sizes (e.g. 1x64,8x16), default all of SWEEP_SIZES")
+    ap.add_argument("--rule-sizes",
+                    help="with bench or all: time the streaming and KV-resident tiles at these RxH "
+                         "sizes beside launch_tile's pick (resident_pays)")
     ap.add_argument("--ws", action="store_true",
                     help="also check and time the warp-specialised SM90 kernel (not the default)")
     ap.add_argument("--compile-procs", type=int, default=min(16, os.cpu_count() or 1),
@@ -845,12 +882,17 @@ def main(argv: list[str] | None = None) -> int:
         configs = tuple(SWEEP_CONFIGS[int(i)] for i in a.configs.split(",")) if a.configs else SWEEP_CONFIGS
     except (ValueError, IndexError):
         ap.error(f"--configs {a.configs!r}: comma-separated indices 0-{len(SWEEP_CONFIGS) - 1} of SWEEP_CONFIGS")
-    try:
-        sizes = tuple(tuple(map(int, s.split("x"))) for s in a.sizes.split(",")) if a.sizes else SWEEP_SIZES
-        if any(len(s) != 2 or s[0] < 1 or s[1] % 8 for s in sizes):
-            raise ValueError
-    except ValueError:
-        ap.error(f"--sizes {a.sizes!r}: comma-separated RxH, R >= 1, H a multiple of 8 (e.g. 1x64,8x16)")
+    def parse_sizes(flag: str, text: str | None, default):
+        try:
+            sizes = tuple(tuple(map(int, s.split("x"))) for s in text.split(",")) if text else default
+            if any(len(s) != 2 or s[0] < 1 or s[1] % 8 for s in sizes):
+                raise ValueError
+        except ValueError:
+            ap.error(f"{flag} {text!r}: comma-separated RxH, R >= 1, H a multiple of 8 (e.g. 1x64,8x16)")
+        return sizes
+
+    sizes = parse_sizes("--sizes", a.sizes, SWEEP_SIZES)
+    rule_sizes = parse_sizes("--rule-sizes", a.rule_sizes, ())
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
@@ -914,6 +956,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"device {row['tilelang_graph_cold_1layer_us']:6.1f} us (kv_splits {row['kv_splits']}, "
                 f"unsplit {row.get('tilelang_unsplit_graph_cold_1layer_us', float('nan')):6.1f}, "
                 f"Q->O copy {row['copy_q_to_out_graph_cold_us']:5.1f})"
+            )
+        save()
+    if rule_sizes and a.what in ("bench", "all"):
+        rep["resident_rule"] = resident_rule(
+            rule_sizes, on_row=lambda rows: (rep.update(resident_rule=dict(rows=rows)), save())
+        )
+        for row in rep["resident_rule"]["rows"]:
+            pick = "resident" if row["rule_picks_resident"] else "streaming"
+            print(
+                f"R={row['R']:4d} H={row['H']:2d}  streaming {row['streaming_us']:6.1f} us  "
+                f"resident {row['resident_us']:6.1f} us  rule: {pick} "
+                f"({'right' if row['rule_right'] else 'WRONG'})"
             )
         save()
     if a.what == "sweep" or (a.what == "all" and not a.quick):

@@ -208,15 +208,15 @@ def test_compile_keys(kernel_module):
     # SM90: the unsplit key, the split ones small batches pick (192 slots: 6 32-token or 3
     # 64-token tiles, one CTA each; 4 heads a CTA, then 8; all of the request's queries) and the
     # KV-resident one large batches pick (16 heads x 4 queries a pass, 2 passes a CTA)
-    k90, *split = owner.get_warmup_keys(**kw, capability=(9, 0))
-    # the KV-resident kernel is not a default yet (unmeasured since its fix): an explicit tile
-    kres = owner.dispatch(num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=page,
-                          scale=512**-0.5, capability=(9, 0),
-                          tile=dc.resident_tile(dc.select_tile_config(16, 5, (9, 0)), 16, 5))
+    k90, *split, kres = owner.get_warmup_keys(**kw, capability=(9, 0))
     assert (kres.resident, kres.heads_per_cta, kres.queries_per_cta, kres.passes) == (True, 16, 4, 0)
     assert (kres.block_kv, kres.resident_tiles, kres.tail_kv, kres.kv_splits) == (64, 2, 16, 1)
     assert owner.kernel(kres) is kernel_module.dspark_draft_attn_resident_tilelang
     assert not any(k.resident for k in (k90, *split))
+    # 8 heads: the resident tile would be one pass a CTA (8 x 8 rows), which never pays
+    keys8 = owner.get_warmup_keys(**{**kw, "num_heads": 8}, capability=(9, 0))
+    assert keys8 and not any(k.resident for k in keys8)
+    assert not any(k.resident for k in owner.get_warmup_keys(**kw, capability=(12, 0)))
     assert [(k.heads_per_cta, k.block_kv, k.kv_splits) for k in split] == [(4, 32, 6), (4, 64, 3), (8, 64, 3)]
     # every split key with the merge's prefetch (the L2 merge's partial outputs copied in first)
     assert split[-1] == dataclasses.replace(k90, kv_splits=3, merge_prefetch=True)
@@ -443,7 +443,6 @@ def test_launch_tile_takes_the_finest_split_that_fits():
         6: (64, 1, 64, 1),  # 144 even with 8 heads: unsplit, 5 CTAs a request
         64: (64, 1, 64, 1),
     }
-    assert dc.launch_tile(cfg, 64, 64, 192, 132, (9, 0), 5) == cfg  # never the KV-resident tile
     res = dc.resident_tile(cfg, 64, 5)
     assert dc.tile_rule_violations(res, 5) == [] and dc.tile_rule_violations(res, 7) == []
     shape = lambda t: (t.heads_per_cta, t.block_kv, t.kv_splits)  # noqa: E731
@@ -508,8 +507,10 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
     assert (unsplit["compile_key"].heads_per_cta, unsplit["compile_key"].queries_per_cta) == (64, 1)
     assert unsplit["part_o"].shape == (1, 64, 512)  # a placeholder the kernel never reads
     assert unsplit["part_o"].data_ptr() != one["part_o"].data_ptr()
-    big = launch(64)["compile_key"]
+    big = launch(64)["compile_key"]  # 64 resident CTAs (1 wave) cost more than 320 streaming (3)
     assert big.kv_splits == 1 and not big.resident and big.heads_per_cta == 64
+    huge = launch(256)["compile_key"]  # 2 resident waves against 10 streaming ones
+    assert huge.kv_splits == 1 and huge.resident and huge.heads_per_cta == 64
     # an arch that never splits never allocates the scratch
     monkeypatch.setattr(kernel_module, "_SPLIT_SCRATCH", {})
     sm12x = launch(1, capability=(12, 0))
@@ -578,6 +579,49 @@ def test_codegen_overrides_name_their_field():
     assert codegen.capability_of("90a") == (9, 0) and codegen.capability_of("120") == (12, 0)
     with pytest.raises(ValueError, match="--arch"):
         codegen.capability_of("sm90")
+
+
+def test_launch_tile_takes_the_kv_resident_tile_where_its_waves_cost_less():
+    """Past the split tiles, large SM90 batches take the KV-resident tile where its waves,
+    each RESIDENT_GATHER_COST + RESIDENT_PASS_COST x passes streaming waves, cost fewer than the
+    streaming tile's (H100 run 36: 149 against 213 us at R = 256 x 64 heads, 82 against 91 at
+    256 x 16; the streaming tile faster at R = 8-64 x 64 heads and 64 x 16)."""
+
+    def resident(r, h, n=5, sms=132, cap=(9, 0)):
+        return dc.launch_tile(dc.select_tile_config(h, n, cap), r, h, 192, sms, cap, n).resident
+
+    # run 36's sizes: as measured
+    assert [resident(r, 64) for r in (8, 32, 64, 256)] == [False, False, False, True]
+    assert [resident(r, 16) for r in (8, 32, 64, 256)] == [False, False, False, True]
+    # 64 heads: 1 resident wave (3.3) against 4 streaming ones from 80 requests (400 CTAs);
+    # 133 requests need 2 resident waves (6.6) against 6 streaming ones (665 CTAs)
+    assert [resident(r, 64) for r in (79, 80, 132, 133, 158, 159)] == [False, True, True, False, False, True]
+    assert resident(1024, 64) and resident(1024, 32) and resident(1024, 64, n=7)
+    # 8 heads: 8 x 8 rows is one pass a CTA, the same CTAs as streaming: never
+    assert not any(resident(r, 8) for r in (64, 256, 1024))
+    # the rule follows the SM count, and never leaves SM90
+    assert resident(64, 64, sms=32) and not resident(64, 64, sms=132)
+    assert not resident(1024, 64, sms=188, cap=(12, 0))
+    cfg = dc.select_tile_config(64, 5, (9, 0))
+    res = dc.resident_tile(cfg, 64, 5)
+    assert dc.resident_passes(res, 5) == 5 and dc.resident_passes(res, 7) == 7
+    assert dc.resident_passes(dataclasses.replace(res, passes=3), 5) == 3
+
+
+def test_resident_rule_sizes_are_checked_before_any_gpu_work(capsys):
+    """The GPU benchmark's --rule-sizes (launch_tile's KV-resident rule timed against both
+    tiles) refuses sizes it cannot run, naming the flag and the value, before it looks for a
+    GPU; good ones get as far as the GPU check."""
+    from benchmarks.dspark_draft_attn import draft_attn_gpu as g
+
+    for bad in ("1x7", "0x64", "64"):
+        with pytest.raises(SystemExit) as e:
+            g.main(["bench", "--rule-sizes", bad])
+        assert e.value.code == 2
+        assert f"--rule-sizes {bad!r}: comma-separated RxH" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert g.main(["bench", "--rule-sizes", "80x64,132x16"]) == 2
+        assert "no CUDA device" in capsys.readouterr().err
 
 
 def test_kv_resident_tile_rules():

@@ -423,10 +423,9 @@ def _fill_wgmma_rows(cfg: TileConfig, num_heads: int, num_queries: int) -> TileC
 
 
 def resident_kv(cfg: TileConfig, capability: tuple[int, int]) -> bool:
-    """Whether cfg's arch and kernel can run the KV-resident kernel (an
-    explicit tile for now; launch_tile does not take it): SM90 only (its
-    226 KB of shared memory does not fit SM12x's 99 KB), never with the
-    warp-specialised kernel."""
+    """Whether cfg's arch and kernel can run the KV-resident kernel: SM90
+    only (its 226 KB of shared memory does not fit SM12x's 99 KB), never
+    with the warp-specialised kernel."""
     return capability[0] == 9 and not cfg.warp_specialized
 
 
@@ -513,8 +512,46 @@ def launch_ctas(
     the KV-resident kernel's CTA takes `passes` query groups."""
     q_groups = query_groups(num_queries, tile.queries_per_cta)[1]
     if tile.resident:
-        q_groups = -(-q_groups // min(tile.passes or q_groups, q_groups))
+        q_groups = -(-q_groups // resident_passes(tile, num_queries))
     return num_reqs * q_groups * (num_heads // tile.heads_per_cta) * tile.kv_splits
+
+
+# A KV-resident CTA of P passes costs about RESIDENT_GATHER_COST +
+# RESIDENT_PASS_COST * P unsplit streaming CTAs (one SM each either way):
+# fitted on H100 run 36 (graph, cold L2), 5 passes at 64 heads 3.3 (R = 256:
+# 2 waves, 149 us, against 10 streaming waves, 213 us) and 2 passes at 16
+# heads 1.8 (2 waves, 82 us, against 4, 91 us). Below one wave of resident
+# CTAs the streaming kernel won in the same run (R = 8-64: 66-73 us against
+# 23-69 at 64 heads, 38 against 29 at R = 64 x 16 heads).
+RESIDENT_GATHER_COST = 0.8
+RESIDENT_PASS_COST = 0.5
+
+
+def resident_passes(tile: TileConfig, num_queries: int) -> int:
+    """Query groups (64-row wgmma tiles) one KV-resident CTA loops over."""
+    q_groups = query_groups(num_queries, tile.queries_per_cta)[1]
+    return min(tile.passes or q_groups, q_groups)
+
+
+def resident_pays(
+    streaming: TileConfig,
+    resident: TileConfig,
+    num_reqs: int,
+    num_heads: int,
+    num_queries: int,
+    sm_count: int,
+) -> bool:
+    """Whether the KV-resident launch beats the streaming one in the wave
+    model above: its waves x its CTA cost against the streaming waves. One
+    pass a CTA never pays (the same CTAs, each gathering all at once)."""
+
+    def waves(tile: TileConfig) -> int:
+        return -(-launch_ctas(tile, num_reqs, num_heads, num_queries) // sm_count)
+
+    cta_cost = RESIDENT_GATHER_COST + RESIDENT_PASS_COST * resident_passes(
+        resident, num_queries
+    )
+    return waves(resident) * cta_cost < waves(streaming)
 
 
 def launch_tile(
@@ -527,13 +564,17 @@ def launch_tile(
     num_queries: int,
 ) -> TileConfig:
     """The tile of one launch: the first split tile (split_tiles) whose CTAs
-    all get an SM while the GPU is nearly empty; else cfg unsplit."""
+    all get an SM while the GPU is nearly empty; the KV-resident tile where
+    it pays (resident_pays: large SM90 batches); else cfg unsplit."""
     for tile in split_tiles(cfg, width, capability, num_queries):
         if launch_ctas(tile, num_reqs, num_heads, num_queries) <= sm_count:
             return tile
-    # Not the KV-resident tile yet: correct (H100 run 35) but its first
-    # version was 2-9x slower than this; the fixed one is unmeasured.
-    return replace(cfg, kv_splits=1)
+    unsplit = replace(cfg, kv_splits=1)
+    if resident_kv(cfg, capability):
+        resident = resident_tile(cfg, num_heads, num_queries)
+        if resident_pays(unsplit, resident, num_reqs, num_heads, num_queries, sm_count):
+            return resident
+    return unsplit
 
 
 def dspark_draft_attention_ref(

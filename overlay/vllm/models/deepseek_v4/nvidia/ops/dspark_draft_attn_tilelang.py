@@ -56,6 +56,9 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     launch_tile,
     padded_rows,
     query_groups,
+    resident_kv,
+    resident_passes,
+    resident_tile,
     select_tile_config,
     split_tiles,
 )
@@ -1208,10 +1211,16 @@ class DSparkDraftAttnTileLangKernel(
         capability: tuple[int, int],
     ) -> list[CompileKey]:
         # The unsplit key and, on SM90, the split ones small batches pick
-        # (launch_tile: one CTA a KV tile, narrow tiles where they fit).
+        # (launch_tile: one CTA a KV tile, narrow tiles where they fit) and
+        # the KV-resident one large batches pick where it can pay (more
+        # than one pass a CTA: resident_pays).
         width = dspark_index_width(window_size, num_queries)
         cfg = select_tile_config(num_heads, num_queries, capability)
         tiles = [cfg, *split_tiles(cfg, width, capability, num_queries)]
+        if resident_kv(cfg, capability):
+            resident = resident_tile(cfg, num_heads, num_queries)
+            if resident_passes(resident, num_queries) > 1:
+                tiles.append(resident)
         return [
             self.dispatch(
                 num_heads=num_heads,

@@ -35,12 +35,13 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
                 body = (f'<html><body><a href="/files/vllm-1.2.3.tar.gz#sha256={srv.sha}">'
                         "vllm-1.2.3.tar.gz</a></body></html>").encode()
                 ctype = "text/html"
+            # recorded before the reply: the client may return as soon as it has the body
+            srv.seen.append(ctype)
             self.send_response(200)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
-            srv.seen.append(ctype)
         elif self.path == "/files/vllm-1.2.3.tar.gz":
             self.send_response(200)
             self.send_header("Content-Length", str(len(srv.payload)))

@@ -658,6 +658,48 @@ def cold_graph_us(fns) -> float:
     return graph_us([flush, *fns]) - graph_us([flush])
 
 
+def host_launch_us(fn, calls: int = 200) -> float:
+    """Wall time per call of back-to-back eager launches, synchronised once at the end: the host's
+    cost per launch wherever it exceeds the kernel's device time (small batches)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def eager_launch_paths(b: Batch, out: torch.Tensor, cold) -> dict[str, Any]:
+    """The eager launch with the wrapper's host-side caches (the tile and compile key chosen once
+    per batch shape, the compiled kernel called directly) against the path without them
+    (TileLang's JIT parsing every argument, the tile chosen every call), same batch, same run,
+    each twice (A-vs-A): do_bench's cold figure and the host's cost per launch."""
+    owner = dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL
+
+    def cached():
+        return run_kernel(b, out)
+
+    def generic():
+        dk._launch_plan.cache_clear()
+        return run_kernel(b, out)
+
+    row: dict[str, Any] = {}
+    for name, fn, reuse in (("cached", cached, True), ("generic", generic, False)):
+        owner.reuse_compiled = reuse
+        try:
+            fn()
+            row[f"eager_{name}_cold_us"] = cold(fn)
+            row[f"eager_{name}_cold_us_again"] = cold(fn)
+            row[f"host_{name}_launch_us"] = host_launch_us(fn)
+            row[f"host_{name}_launch_us_again"] = host_launch_us(fn)
+        finally:
+            owner.reuse_compiled = True
+    row["eager_cold_speedup"] = row["eager_generic_cold_us"] / row["eager_cached_cold_us"]
+    row["host_launch_speedup"] = row["host_generic_launch_us"] / row["host_cached_launch_us"]
+    return row
+
+
 def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, Any]:
     from triton.testing import do_bench
 
@@ -678,6 +720,7 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
                 row["tilelang_cold_us"], row["tilelang_cold_us_again"]
             )
             row["pct_of_floor"] = 100.0 * row["floor_us"] / row["tilelang_cold_us"]
+            row.update(eager_launch_paths(b, out, cold))
             # per draft step: 3 layers (3 independent caches/queries) in one CUDA graph
             layers = [b] + [
                 plain_batch(r, h, 2000 + r + h + i)
@@ -956,6 +999,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"device {row['tilelang_graph_cold_1layer_us']:6.1f} us (kv_splits {row['kv_splits']}, "
                 f"unsplit {row.get('tilelang_unsplit_graph_cold_1layer_us', float('nan')):6.1f}, "
                 f"Q->O copy {row['copy_q_to_out_graph_cold_us']:5.1f})"
+            )
+            print(
+                f"R={row['R']:4d} H={row['H']:2d}  eager: cached launch {row['eager_cached_cold_us']:6.1f} us, "
+                f"generic {row['eager_generic_cold_us']:6.1f} us; host a launch "
+                f"{row['host_cached_launch_us']:6.1f} vs {row['host_generic_launch_us']:6.1f} us"
             )
         save()
     if rule_sizes and a.what in ("bench", "all"):

@@ -523,6 +523,109 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
     assert captured["compile_key"].kv_splits == 1 and kernel_module._SPLIT_SCRATCH == {}
 
 
+def test_wrapper_chooses_a_batch_shape_s_tile_and_key_once(kernel_module, monkeypatch):
+    """select_tile_config + launch_tile + the compile key are ~100 us of Python a call (more than
+    the kernel at small R in an eager launch): the wrapper chooses them once per batch shape.
+    The launch itself is recorded, not run (no CUDA here)."""
+    owner = kernel_module._DSPARK_DRAFT_ATTN_TILELANG_KERNEL
+    launches, chosen = [], []
+    real_launch_tile = kernel_module.launch_tile
+
+    class Recorder:
+        dispatch = owner.dispatch
+
+        def __call__(self, **kw):
+            launches.append(kw)
+
+    def counting_launch_tile(*args):
+        chosen.append(args[1])  # num_reqs
+        return real_launch_tile(*args)
+
+    monkeypatch.setattr(kernel_module, "_DSPARK_DRAFT_ATTN_TILELANG_KERNEL", Recorder())
+    monkeypatch.setattr(kernel_module, "launch_tile", counting_launch_tile)
+    monkeypatch.setattr(kernel_module, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(kernel_module, "_SPLIT_SCRATCH", {})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # CPU torch
+    page = dc.fp8_ds_mla_page_bytes(64)
+    pool = torch.zeros(2, page, dtype=torch.uint8)
+
+    def launch(r, scale=1.0):
+        q = torch.zeros(r * 5, 64, 512, dtype=torch.bfloat16)
+        kernel_module.dspark_draft_attention(
+            q, pool, torch.zeros(r * 5, 192, dtype=torch.int32), torch.zeros(r * 5, dtype=torch.int32),
+            torch.zeros(64), torch.empty_like(q), num_queries=5, scale=scale, block_size=64,
+            page_bytes=page, capability=(9, 0),
+        )  # fmt: skip
+        return launches[-1]["compile_key"]
+
+    first, again = launch(1), launch(1)
+    assert chosen == [1] and again == first and first.kv_splits == 6
+    assert launch(256).resident and chosen == [1, 256]
+    assert launch(256).resident and chosen == [1, 256]
+    assert launch(1, scale=0.5).scale == 0.5 and chosen == [1, 256, 1]  # the scale is in the key
+
+
+class _TileLangJitLike:
+    """Stand-in for TileLang's JIT function (not importable in CPU CI): the surface the owner's
+    launch reads, as tilelang 0.1.12 has it: calling it parses the arguments into a key
+    (func.parse_args: tensors by shape and dtype, scalars by value), compiles on a miss into
+    _kernel_cache and runs; the compiled kernel takes the tensors alone. The GPU test runs the
+    real one."""
+
+    def __init__(self):
+        self.parses, self.compiles, self.runs = 0, 0, []
+        self._kernel_cache = {}
+        self.func = types.SimpleNamespace(parse_args=self._parse_args)
+
+    def _parse_args(self, *args):
+        self.parses += 1
+        tensors = {f"t{i}": a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+        key = tuple((a.dtype, tuple(a.shape)) if isinstance(a, torch.Tensor) else a for a in args)
+        return key, tensors
+
+    def compile(self, *args):
+        self.compiles += 1
+        return lambda *tensors: self.runs.append(tensors)
+
+    def __call__(self, *args):
+        key, tensors = self.func.parse_args(*args)
+        if key not in self._kernel_cache:
+            self._kernel_cache[key] = self.compile(*args)
+        return self._kernel_cache[key](*tensors.values())
+
+
+def test_eager_launches_reuse_the_compiled_kernel(kernel_module):
+    """The owner's launch keeps the kernel TileLang's JIT compiled for a call signature (every
+    tensor's shape, strides, dtype and device, every scalar) and calls it directly the next
+    time, skipping the JIT's argument parsing; any difference in the signature goes back
+    through the JIT."""
+    owner = kernel_module.DSparkDraftAttnTileLangKernel()
+    jit = _TileLangJitLike()
+    q, lens = torch.zeros(2, 5, 64, 512, dtype=torch.bfloat16), torch.zeros(2, 5, dtype=torch.int32)
+    owner.launch(jit, (q, lens, 64, 0.25))  # through the JIT, then the kernel looked up once
+    assert (jit.compiles, jit.parses, len(jit.runs)) == (1, 2, 1)
+    q2, lens2 = q.clone(), lens.clone()
+    owner.launch(jit, (q2, lens2, 64, 0.25))
+    assert (jit.compiles, jit.parses, len(jit.runs)) == (1, 2, 2)  # no parse
+    assert jit.runs[-1][0] is q2 and jit.runs[-1][1] is lens2  # the new tensors, in order
+    owner.launch(jit, (q2, lens2, 64, 0.5))  # another scalar
+    owner.launch(jit, (torch.zeros(3, 5, 64, 512, dtype=torch.bfloat16), lens, 64, 0.25))  # shape
+    wide = torch.zeros(2, 5, 64, 1024, dtype=torch.bfloat16)[..., :512]
+    owner.launch(jit, (wide, lens, 64, 0.25))  # strides only: the JIT's key, a miss here
+    assert (jit.compiles, jit.parses) == (3, 8) and len(jit.runs) == 5
+    owner.launch(jit, (q, lens, 64, 0.25))
+    assert jit.parses == 8 and len(jit.runs) == 6
+    owner.reuse_compiled = False  # TileLang's own path, every call
+    owner.launch(jit, (q, lens, 64, 0.25))
+    assert jit.parses == 9 and len(jit.runs) == 7
+    # a JIT without those internals (another TileLang): its own call every time, nothing kept
+    plain = kernel_module.DSparkDraftAttnTileLangKernel()
+    calls = []
+    for _ in range(2):
+        plain.launch(lambda *args: calls.append(args), (q, lens, 64, 0.25))
+    assert len(calls) == 2 and plain._compiled == {}
+
+
 def test_tile_rules_catch_unbuildable_shapes():
     assert dc.tile_rule_violations(dc.TileConfig(8, 64, 192, row_tile=64), 5)  # not whole warpgroups
     assert dc.tile_rule_violations(dc.TileConfig(8, 32, 256, row_tile=16), 5)  # 4 columns a warp

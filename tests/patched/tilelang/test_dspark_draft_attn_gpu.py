@@ -89,3 +89,24 @@ def test_kv_resident_kernel_rows_wider_than_its_tiles():
     g.run_kernel(b, out, tile=tile)
     res = g.compare(out, g.reference(b), b.lens)
     assert res["ok"], res
+
+
+@pytest.mark.parametrize("num_reqs,num_heads", [(1, 64), (64, 16)])
+def test_eager_launch_reuses_the_compiled_kernel(num_reqs, num_heads):
+    # a split launch (R = 1) and an unsplit one: the second launch of a call signature calls the
+    # kernel TileLang compiled for it directly (no new entry), with the new batch's tensors;
+    # results bitwise those of TileLang's own call path and right against the reference
+    owner = g.dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL
+    first, second = (g.plain_batch(num_reqs, num_heads, seed) for seed in (81, 82))
+    owner.reuse_compiled = False
+    try:
+        want = g.run_kernel(second, torch.empty_like(second.q)).clone()
+    finally:
+        owner.reuse_compiled = True
+    g.run_kernel(first, torch.empty_like(first.q))  # compiled kernel kept, if not already
+    kept = len(owner._compiled)
+    assert kept >= 1
+    got = g.run_kernel(second, torch.empty_like(second.q))
+    assert len(owner._compiled) == kept  # a hit
+    assert torch.equal(got, want)
+    assert g.compare(got, g.reference(second), second.lens)["ok"]

@@ -28,6 +28,7 @@ Layout, tile configuration and the fp32 reference: dspark_draft_attn_common.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -1258,6 +1259,45 @@ class DSparkDraftAttnTileLangKernel(
             compile_key=key,
         )
 
+    # Compiled kernels by (JIT function, call signature): an eager launch
+    # through TileLang's JIT re-derives its cache key from every argument
+    # (tens of us of Python a call); reuse_compiled=False takes that path.
+    _MAX_COMPILED = 4096
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reuse_compiled = True
+        self._compiled: dict[tuple[Any, ...], tuple[Any, tuple[int, ...]]] = {}
+
+    def launch(
+        self,
+        jit_impl: Any,
+        args: tuple[Any, ...],
+        kwargs: Any = None,
+    ) -> Any:
+        if self._warming_key is not None or kwargs or not self.reuse_compiled:
+            return super().launch(jit_impl, args, kwargs)
+        # Shapes, strides, dtypes and devices of the tensors and every scalar:
+        # all TileLang keys on and more, so a hit is never a wrong kernel.
+        signature = tuple(
+            (a.dtype, a.shape, a.stride(), a.device)
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in args
+        )
+        compiled = self._compiled
+        hit = compiled.get((jit_impl, signature))
+        if hit is not None:
+            kernel, tensor_positions = hit
+            return kernel(*(args[i] for i in tensor_positions))
+        result = super().launch(jit_impl, args, kwargs)  # compiles if needed
+        found = _compiled_kernel(jit_impl, args)
+        if found is not None:
+            if len(compiled) >= self._MAX_COMPILED:
+                compiled.clear()
+            compiled[(jit_impl, signature)] = found
+        return result
+
     @kernel_launcher
     def __call__(
         self,
@@ -1323,6 +1363,61 @@ class DSparkDraftAttnTileLangKernel(
 
 
 _DSPARK_DRAFT_ATTN_TILELANG_KERNEL = DSparkDraftAttnTileLangKernel()
+
+
+def _compiled_kernel(
+    jit_impl: Any, args: tuple[Any, ...]
+) -> tuple[Any, tuple[int, ...]] | None:
+    """(the compiled kernel TileLang's JIT cached for args, the positions of
+    the tensors it takes), or None where this TileLang does not expose them
+    (its JIT internals, as compile_tilelang uses them) or they differ."""
+    parse_args = getattr(getattr(jit_impl, "func", None), "parse_args", None)
+    cache = getattr(jit_impl, "_kernel_cache", None)
+    if not callable(parse_args) or not isinstance(cache, Mapping):
+        return None
+    key, tensor_args = parse_args(*args)
+    kernel = cache.get(key)
+    positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+    taken = list(tensor_args.values()) if isinstance(tensor_args, dict) else None
+    if kernel is None or taken is None or len(taken) != len(positions):
+        return None
+    if any(t is not args[i] for t, i in zip(taken, positions)):
+        return None
+    return kernel, positions
+
+
+@functools.lru_cache(maxsize=4096)
+def _launch_plan(
+    num_reqs: int,
+    num_heads: int,
+    num_queries: int,
+    width: int,
+    block_size: int,
+    page_bytes: int,
+    scale: float,
+    capability: tuple[int, int],
+    sm_count: int,
+    tile: TileConfig | None,
+) -> tuple[TileConfig, TileConfig, DSparkDraftAttnTileLangKernel.CompileKey]:
+    """(the launch's tile, the unsplit tile, the launch's compile key),
+    memoised: choosing them is pure Python of ~100 us a call, more than the
+    kernel itself at small batches when the launch is not in a CUDA graph."""
+    unsplit = tile or select_tile_config(num_heads, num_queries, capability)
+    if tile is None:
+        tile = launch_tile(
+            unsplit, num_reqs, num_heads, width, sm_count, capability, num_queries
+        )
+    key = _DSPARK_DRAFT_ATTN_TILELANG_KERNEL.dispatch(
+        num_heads=num_heads,
+        num_queries=num_queries,
+        width=width,
+        block_size=block_size,
+        page_bytes=page_bytes,
+        scale=scale,
+        capability=capability,
+        tile=tile,
+    )
+    return tile, unsplit, key
 
 
 def page_views(
@@ -1448,32 +1543,14 @@ def dspark_draft_attention(
     num_reqs = num_tokens // num_queries
     if num_reqs == 0:
         return out
-    unsplit = tile or select_tile_config(num_heads, num_queries, tuple(capability))
-    if tile is None:
-        tile = launch_tile(
-            unsplit,
-            num_reqs,
-            num_heads,
-            width,
-            _sm_count(q.device),
-            tuple(capability),
-            num_queries,
-        )
+    plan = (num_heads, num_queries, width, block_size, page_bytes, float(scale))
+    plan += (tuple(capability), _sm_count(q.device))
+    tile, unsplit, key = _launch_plan(num_reqs, *plan, tile)
     scratch = launch_scratch(q.device, num_reqs, num_heads, num_queries, tile)
     if scratch is None:  # first split launch inside a capture: do not split
-        tile = replace(unsplit, kv_splits=1)
+        tile, _, key = _launch_plan(num_reqs, *plan, replace(unsplit, kv_splits=1))
         scratch = launch_scratch(q.device, num_reqs, num_heads, num_queries, tile)
         assert scratch is not None
-    key = _DSPARK_DRAFT_ATTN_TILELANG_KERNEL.dispatch(
-        num_heads=num_heads,
-        num_queries=num_queries,
-        width=width,
-        block_size=block_size,
-        page_bytes=page_bytes,
-        scale=float(scale),
-        capability=tuple(capability),
-        tile=tile,
-    )
     kv_fp8, kv_i64, kv_bf16 = page_views(swa_cache, page_bytes)
     _DSPARK_DRAFT_ATTN_TILELANG_KERNEL(
         q=q.view(num_reqs, num_queries, num_heads, HEAD_DIM),

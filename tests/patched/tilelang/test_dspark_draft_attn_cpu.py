@@ -572,6 +572,8 @@ class _TileLangJitLike:
     _kernel_cache and runs; the compiled kernel takes the tensors alone. The GPU test runs the
     real one."""
 
+    __hash__ = None  # as TileLang's JITImpl (a dataclass)
+
     def __init__(self):
         self.parses, self.compiles, self.runs = 0, 0, []
         self._kernel_cache = {}

@@ -1259,7 +1259,7 @@ class DSparkDraftAttnTileLangKernel(
             compile_key=key,
         )
 
-    # Compiled kernels by (JIT function, call signature): an eager launch
+    # Compiled kernels by (JIT function's id, call signature): an eager launch
     # through TileLang's JIT re-derives its cache key from every argument
     # (tens of us of Python a call); reuse_compiled=False takes that path.
     _MAX_COMPILED = 4096
@@ -1286,7 +1286,9 @@ class DSparkDraftAttnTileLangKernel(
             for a in args
         )
         compiled = self._compiled
-        hit = compiled.get((jit_impl, signature))
+        # by id: TileLang's JIT functions are not hashable, and live as long
+        # as their module
+        hit = compiled.get((id(jit_impl), signature))
         if hit is not None:
             kernel, tensor_positions = hit
             return kernel(*(args[i] for i in tensor_positions))
@@ -1295,7 +1297,7 @@ class DSparkDraftAttnTileLangKernel(
         if found is not None:
             if len(compiled) >= self._MAX_COMPILED:
                 compiled.clear()
-            compiled[(jit_impl, signature)] = found
+            compiled[(id(jit_impl), signature)] = found
         return result
 
     @kernel_launcher

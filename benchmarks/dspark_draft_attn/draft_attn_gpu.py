@@ -446,8 +446,8 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
     if what == "eager":  # the tiles launch_tile picks at the given sizes
         for r, h in eager_sizes:
             cfg = dc.select_tile_config(h, 5, cap)
-            keys.append(compile_key(h, 5, dc.launch_tile(cfg, r, h, width_for(5), torch.cuda.get_device_properties(
-                0).multi_processor_count, cap, 5)))
+            sms = dk._sm_count(torch.device("cuda", 0))
+            keys.append(compile_key(h, 5, dc.launch_tile(cfg, r, h, width_for(5), sms, cap, 5)))
     if what in ("sweep", "all") and not quick:
         keys += [compile_key(h, 5, c) for h in (64, 16) for c in sweep_configs if h % c.heads_per_cta == 0]
     return compile_in_processes(_compile_key, list(dict.fromkeys(keys)), procs)
@@ -663,6 +663,20 @@ def cold_graph_us(fns) -> float:
     return graph_us([flush, *fns]) - graph_us([flush])
 
 
+def cold_us(fn) -> float:
+    """do_bench's time a call in us, L2 flushed before every rep; an eager launch, so the
+    host's launch cost shows where it exceeds the device time."""
+    from triton.testing import do_bench
+
+    return 1000.0 * do_bench(fn, warmup=5, rep=30)
+
+
+def eager_line(row: dict[str, Any]) -> str:
+    return (f"R={row['R']:4d} H={row['H']:2d}  eager: cached launch {row['eager_cached_cold_us']:6.1f} us, "
+            f"generic {row['eager_generic_cold_us']:6.1f} us; host a launch "
+            f"{row['host_cached_launch_us']:6.1f} vs {row['host_generic_launch_us']:6.1f} us")
+
+
 def host_launch_us(fn, calls: int = 200) -> float:
     """Wall time per call of back-to-back eager launches, synchronised once at the end: the host's
     cost per launch wherever it exceeds the kernel's device time (small batches)."""
@@ -675,7 +689,7 @@ def host_launch_us(fn, calls: int = 200) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def eager_launch_paths(b: Batch, out: torch.Tensor, cold) -> dict[str, Any]:
+def eager_launch_paths(b: Batch, out: torch.Tensor) -> dict[str, Any]:
     """The eager launch with the wrapper's host-side caches (the tile and compile key chosen once
     per batch shape, the compiled kernel called directly) against the path without them
     (TileLang's JIT parsing every argument, the tile chosen every call), same batch, same run,
@@ -694,8 +708,8 @@ def eager_launch_paths(b: Batch, out: torch.Tensor, cold) -> dict[str, Any]:
         owner.reuse_compiled = reuse
         try:
             fn()
-            row[f"eager_{name}_cold_us"] = cold(fn)
-            row[f"eager_{name}_cold_us_again"] = cold(fn)
+            row[f"eager_{name}_cold_us"] = cold_us(fn)
+            row[f"eager_{name}_cold_us_again"] = cold_us(fn)
             row[f"host_{name}_launch_us"] = host_launch_us(fn)
             row[f"host_{name}_launch_us_again"] = host_launch_us(fn)
         finally:
@@ -710,11 +724,6 @@ def eager(sizes, on_row=None) -> dict[str, Any]:
     cached launch (the compiled kernel called directly on the second call of a signature) checked
     bitwise against TileLang's own call path and against the reference, then both paths timed
     (eager_launch_paths) beside the kernel's device time."""
-    from triton.testing import do_bench
-
-    def cold(fn) -> float:
-        return 1000.0 * do_bench(fn, warmup=5, rep=30)
-
     owner = dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL
     rows = []
     for r, h in sizes:
@@ -732,7 +741,7 @@ def eager(sizes, on_row=None) -> dict[str, Any]:
         row["bitwise_as_tilelang_path"] = bool(torch.equal(got, want))
         row["reference"] = compare(got, reference(b), b.lens)
         row["ok"] = row["hit"] and row["bitwise_as_tilelang_path"] and bool(row["reference"]["ok"])
-        row.update(eager_launch_paths(b, out, cold))
+        row.update(eager_launch_paths(b, out))
         row["device_graph_cold_us"] = cold_graph_us([lambda b=b, out=out: run_kernel(b, out)])
         rows.append(row)
         print(json.dumps(row, default=str), file=sys.stderr, flush=True)
@@ -742,11 +751,6 @@ def eager(sizes, on_row=None) -> dict[str, Any]:
 
 
 def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, Any]:
-    from triton.testing import do_bench
-
-    def cold(fn) -> float:
-        return 1000.0 * do_bench(fn, warmup=5, rep=30)  # us; flushes L2 every rep
-
     rows = []
     for r in (1, 8, 64, 256):
         for h in (64, 16):
@@ -755,13 +759,13 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             out = torch.empty_like(b.q)
             tl_fn = lambda b=b, out=out: run_kernel(b, out)  # noqa: E731
             tl_fn()
-            row["tilelang_cold_us"] = cold(tl_fn)
-            row["tilelang_cold_us_again"] = cold(tl_fn)  # A-vs-A: same code twice
+            row["tilelang_cold_us"] = cold_us(tl_fn)
+            row["tilelang_cold_us_again"] = cold_us(tl_fn)  # A-vs-A: same code twice
             row["aa_spread"] = abs(row["tilelang_cold_us"] - row["tilelang_cold_us_again"]) / min(
                 row["tilelang_cold_us"], row["tilelang_cold_us_again"]
             )
             row["pct_of_floor"] = 100.0 * row["floor_us"] / row["tilelang_cold_us"]
-            row.update(eager_launch_paths(b, out, cold))
+            row.update(eager_launch_paths(b, out))
             # per draft step: 3 layers (3 independent caches/queries) in one CUDA graph
             layers = [b] + [
                 plain_batch(r, h, 2000 + r + h + i)
@@ -825,7 +829,7 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             if torch.cuda.get_device_capability(0)[0] != 12 and h == 64:
                 alt = lambda b=b, out=out: run_kernel(b, out, (12, 0))  # noqa: E731
                 alt()
-                row["tilelang_sm12x_tiles_cold_us"] = cold(alt)
+                row["tilelang_sm12x_tiles_cold_us"] = cold_us(alt)
                 row["tilelang_sm12x_tiles_graph_cold_us"] = cold_graph_us([alt])
             row["tilelang_step_3layers_graph_us"] = graph_us(
                 [lambda x=x, o=o: run_kernel(x, o) for x, o in zip(layers, outs, strict=True)]
@@ -833,7 +837,7 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             try:
                 tri = triton_fn(b, torch.empty_like(b.q))
                 tri()
-                row["triton_cold_us"] = cold(tri)
+                row["triton_cold_us"] = cold_us(tri)
                 row["triton_graph_cold_1layer_us"] = cold_graph_us([tri])
                 tris = [triton_fn(x, torch.empty_like(x.q)) for x in layers]
                 row["triton_step_3layers_graph_us"] = graph_us(tris)
@@ -842,7 +846,7 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             except Exception as e:  # noqa: BLE001
                 row["triton_error"] = f"{type(e).__name__}: {str(e)[:300]}"
             if r <= 8 or (not quick and r == 256):
-                row["torch_ref_cold_us"] = cold(lambda b=b: reference(b))
+                row["torch_ref_cold_us"] = cold_us(lambda b=b: reference(b))
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if on_row is not None:
@@ -1014,12 +1018,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.what == "eager":
         rep["eager"] = ea = eager(sizes, on_row=lambda rows: (rep.update(eager=dict(rows=rows)), save()))
         for row in ea["rows"]:
-            print(
-                f"R={row['R']:4d} H={row['H']:2d}  {'ok' if row['ok'] else 'WRONG'}  eager: cached launch "
-                f"{row['eager_cached_cold_us']:6.1f} us, generic {row['eager_generic_cold_us']:6.1f} us; host a "
-                f"launch {row['host_cached_launch_us']:6.1f} vs {row['host_generic_launch_us']:6.1f} us; device "
-                f"{row['device_graph_cold_us']:6.1f} us"
-            )
+            print(f"{eager_line(row)}; device {row['device_graph_cold_us']:6.1f} us; "
+                  f"{'ok' if row['ok'] else 'WRONG'}")
         save()
         return 0 if ea["ok"] else 1
     if a.what in ("check", "all"):
@@ -1053,11 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"unsplit {row.get('tilelang_unsplit_graph_cold_1layer_us', float('nan')):6.1f}, "
                 f"Q->O copy {row['copy_q_to_out_graph_cold_us']:5.1f})"
             )
-            print(
-                f"R={row['R']:4d} H={row['H']:2d}  eager: cached launch {row['eager_cached_cold_us']:6.1f} us, "
-                f"generic {row['eager_generic_cold_us']:6.1f} us; host a launch "
-                f"{row['host_cached_launch_us']:6.1f} vs {row['host_generic_launch_us']:6.1f} us"
-            )
+            print(eager_line(row))
         save()
     if rule_sizes and a.what in ("bench", "all"):
         rep["resident_rule"] = resident_rule(

@@ -1273,7 +1273,7 @@ class DSparkDraftAttnTileLangKernel(
         self,
         jit_impl: Any,
         args: tuple[Any, ...],
-        kwargs: Any = None,
+        kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         if self._warming_key is not None or kwargs or not self.reuse_compiled:
             return super().launch(jit_impl, args, kwargs)

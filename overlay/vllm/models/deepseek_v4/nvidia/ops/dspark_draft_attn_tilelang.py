@@ -1146,6 +1146,7 @@ class DSparkDraftAttnTileLangKernel(
         passes: int
         resident_tiles: int
         tail_kv: int
+        window_softmax: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -1198,6 +1199,7 @@ class DSparkDraftAttnTileLangKernel(
             passes=cfg.passes,
             resident_tiles=cfg.resident_tiles,
             tail_kv=cfg.tail_kv,
+            window_softmax=cfg.window_softmax,
         )
 
     def get_warmup_keys(
@@ -1344,6 +1346,7 @@ class DSparkDraftAttnTileLangKernel(
                 key.resident_tiles,
                 key.tail_kv,
                 key.threads,
+                key.window_softmax,
             )
         return (key,), (
             *tensors,

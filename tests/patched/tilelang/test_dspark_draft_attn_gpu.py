@@ -100,17 +100,17 @@ def test_kv_resident_kernel_rows_wider_than_its_tiles():
     # softmax rescaled across them, the next Q issued after the last chunk's scores only)
     [(3, 64, 7, 0, False), (5, 16, 5, 0, False), (4, 64, 5, 3, False), (4, 64, 5, 0, True)],
 )
-def test_kv_resident_window_softmax(num_reqs, num_heads, num_queries, passes, wide_rows):
-    # window_softmax: a pass scores the whole resident window, one softmax, then P V; the next
-    # pass's Q arrives under this pass's softmax, P V and output (stored from registers)
+def test_kv_resident_other_softmax(num_reqs, num_heads, num_queries, passes, wide_rows):
+    # the resident kernel's softmax variant its default tile does not take, so both stay tested:
+    # window_softmax (a pass scores the whole resident window, one softmax, then P V; the next
+    # pass's Q arrives under this pass's softmax, P V and output, stored from registers) or the
+    # online softmax a tile at a time, the output through Q's buffer
     cap = torch.cuda.get_device_capability(0)
     if cap[0] != 9:
         pytest.skip("the KV-resident kernel is SM90's")
-    tile = dataclasses.replace(
-        g.dc.resident_tile(g.dc.select_tile_config(num_heads, num_queries, cap), num_heads, num_queries,
-                           passes=passes),
-        window_softmax=True,
-    )
+    tile = g.dc.resident_tile(g.dc.select_tile_config(num_heads, num_queries, cap), num_heads, num_queries,
+                              passes=passes)
+    tile = dataclasses.replace(tile, window_softmax=not tile.window_softmax)
     assert g.dc.tile_rule_violations(tile, num_queries) == []
     if not wide_rows:
         res = g.check_case(num_reqs, num_heads, num_queries, seed=57 + num_heads + passes, tile=tile)

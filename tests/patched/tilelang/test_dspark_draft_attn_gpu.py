@@ -78,14 +78,8 @@ def test_kv_resident_kernel_rows_wider_than_its_tiles():
     cap = torch.cuda.get_device_capability(0)
     if cap[0] != 9:
         pytest.skip("the KV-resident kernel is SM90's")
-    b = g.make_batch(4, 64, 5, seed=71, padding=False, clamp=False, short_ctx=False)
-    idx = b.idx.view(b.idx.shape[0], -1)
-    live = int(b.lens.max())
+    b, live = _wide_row_batch(4, 64, 5, seed=71)
     assert live <= 144 < b.width
-    # fill the row's tail with (repeated) live slots of the same request: 192 live positions
-    idx[:, live:] = idx[:, : b.width - live]
-    b.lens.fill_(b.width)
-    b.lens[-b.n:] = 150  # one request just past one chunk
     tile = g.dc.resident_tile(g.dc.select_tile_config(64, 5, cap), 64, 5)
     out = torch.empty_like(b.q)
     g.run_kernel(b, out, tile=tile)
@@ -117,16 +111,24 @@ def test_kv_resident_other_softmax(num_reqs, num_heads, num_queries, passes, wid
         assert res["finite"] and res["empty_rows_exact_zero"] and res["bitwise_repeatable"], res
         assert res["ok"], res
         return
-    b = g.make_batch(num_reqs, num_heads, num_queries, seed=73, padding=False, clamp=False, short_ctx=False)
+    b, _ = _wide_row_batch(num_reqs, num_heads, num_queries, seed=73)
+    out = torch.empty_like(b.q)
+    g.run_kernel(b, out, tile=tile)
+    res = g.compare(out, g.reference(b), b.lens)
+    assert res["ok"], res
+
+
+def _wide_row_batch(num_reqs, num_heads, num_queries, seed):
+    """(a batch whose index rows are live to their full width, the window's live length it
+    was made with): each row's tail refilled with (repeated) live slots of the same request,
+    every length the width but one request's, 150 (just past one chunk of 144)."""
+    b = g.make_batch(num_reqs, num_heads, num_queries, seed=seed, padding=False, clamp=False, short_ctx=False)
     idx = b.idx.view(b.idx.shape[0], -1)
     live = int(b.lens.max())
     idx[:, live:] = idx[:, : b.width - live]
     b.lens.fill_(b.width)
     b.lens[-b.n:] = 150
-    out = torch.empty_like(b.q)
-    g.run_kernel(b, out, tile=tile)
-    res = g.compare(out, g.reference(b), b.lens)
-    assert res["ok"], res
+    return b, live
 
 
 @pytest.mark.parametrize("num_reqs,num_heads", [(1, 64), (64, 16)])

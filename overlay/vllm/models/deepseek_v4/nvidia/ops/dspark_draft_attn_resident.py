@@ -451,24 +451,17 @@ def _attend_tile(
     """Tile kv3[t] (chunk slots j0 ...) of the online softmax: the streaming
     kernel's loop body without its gather; pos0: the chunk's first index
     position."""
-    m_pad, cols = acc.shape
-    for m, j in T.Parallel(m_pad, cols):
-        acc[m, j] = T.if_then_else(
-            (pos0 + j0 + j < len_s[m]) & (slot_s[j0 + j] >= 0),
-            0,
-            -T.infinity(T.float32),
-        )
+    m_pad = acc.shape[0]
+    _mask_scores(acc, j0, slot_s, len_s, pos0)
     T.gemm(q_s, kv3[t, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
     T.copy(m_i, m_prev)
     T.reduce_max(acc, m_i, dim=1, clear=False)
     for m in T.Parallel(m_pad):
         m_i[m] = T.max(m_i[m], m_prev[m])
         alpha[m] = T.exp2((m_prev[m] - m_i[m]) * scale_log2)
-    for m, j in T.Parallel(m_pad, cols):
-        acc[m, j] = T.exp2((acc[m, j] - m_i[m]) * scale_log2)
+    _exp_weights(acc, m_i, scale_log2)
     T.reduce_sum(acc, l_tile, dim=1)
-    for m in T.Parallel(m_pad):
-        l_i[m] = l_i[m] * alpha[m] + l_tile[m]
+    _rescale_sum(l_i, l_tile, alpha)
     for m, d in T.Parallel(m_pad, HEAD_DIM):
         acc_o[m, d] = acc_o[m, d] * alpha[m]
     T.copy(acc, p)
@@ -504,17 +497,13 @@ def _softmax_window(acc_w, acc_t, m_i, m_prev, l_i, l_tile, alpha, scale_log2):
     T.copy(m_i, m_prev)
     for acc in accs:
         T.reduce_max(acc, m_i, dim=1, clear=False)
-    _window_weights(accs, m_i, m_prev, alpha, scale_log2)
+    _alpha(m_i, m_prev, alpha, scale_log2)
+    for acc in accs:
+        _exp_weights(acc, m_i, scale_log2)
     T.reduce_sum(accs[0], l_tile, dim=1)
     for acc in accs[1:]:
         T.reduce_sum(acc, l_tile, dim=1, clear=False)
     _rescale_sum(l_i, l_tile, alpha)
-
-
-def _window_weights(accs, m_i, m_prev, alpha, scale_log2):
-    _alpha(m_i, m_prev, alpha, scale_log2)
-    for acc in accs:
-        _exp_weights(acc, m_i, scale_log2)
 
 
 def _weigh_window(kv_s, kv_tail, p_s, p_tail, acc_w, acc_t, acc_o, pos0, live_len):
@@ -533,7 +522,9 @@ def _weigh_window(kv_s, kv_tail, p_s, p_tail, acc_w, acc_t, acc_o, pos0, live_le
 
 
 @T.macro
-def _score_tile(q_s, kv3, t, j0, slot_s, len_s, acc, pos0, live_len):
+def _mask_scores(acc, j0, slot_s, len_s, pos0):
+    """0 where a score's slot is live within its row's length, else -inf
+    (the GEMM then accumulates onto it)."""
     m_pad, cols = acc.shape
     for m, j in T.Parallel(m_pad, cols):
         acc[m, j] = T.if_then_else(
@@ -541,6 +532,11 @@ def _score_tile(q_s, kv3, t, j0, slot_s, len_s, acc, pos0, live_len):
             0,
             -T.infinity(T.float32),
         )
+
+
+@T.macro
+def _score_tile(q_s, kv3, t, j0, slot_s, len_s, acc, pos0, live_len):
+    _mask_scores(acc, j0, slot_s, len_s, pos0)
     if pos0 + j0 < live_len:
         T.gemm(
             q_s, kv3[t, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullCol

@@ -142,6 +142,8 @@ def dspark_draft_attn_resident_tilelang(
         alpha = T.alloc_fragment([m_pad], T.float32)
         # window_softmax: every resident tile's scores at once (acc_s is the first)
         acc_w = _window_fragments(acc_s, resident_tiles if window_softmax else 1)
+        # their element-wise max, then sum (None: one tile, or no window)
+        acc_x = _fold_fragment(acc_s, len(acc_w))
 
         # All N rows of a request carry the same list; use the longest.
         max_len = T.alloc_var(T.int32, init=0)
@@ -163,6 +165,8 @@ def dspark_draft_attn_resident_tilelang(
         _gather_resident(
             kv_fp8, kv_bf16, kv_s, kv_tail, slot_s, scale_s, block_size, tok_words
         )
+        # window_softmax: the query group whose Q a pass issues (q_groups: none)
+        next_grp = _window_var(window_softmax)
         for p in T.serial(n_pass):
             grp = first_group + p
             if grp < q_groups:
@@ -207,24 +211,25 @@ def dspark_draft_attn_resident_tilelang(
                     T.sync_threads()
                     if window_softmax:
                         pos0 = c * cap
+                        # a variable: with the condition written in the branch
+                        # below, TileLang 0.1.12 failed to lower the cp.async
+                        # at passes > 0 ("no eligible global->shared store")
+                        next_grp = T.if_then_else(p + 1 < n_pass, grp + 1, q_groups)
                         _score_window(
                             q_s, kv_s, kv_tail, slot_s, len_s, acc_w, acc_t, pos0,
                             live_len,
                         )  # fmt: skip
-                        if (
-                            (c == num_chunks - 1)
-                            & (p + 1 < n_pass)
-                            & (grp + 1 < q_groups)
-                        ):
+                        if (c == num_chunks - 1) & (next_grp < q_groups):
                             # Q's last reader done: the next pass's Q now
                             T.sync_threads()
                             _issue_q(
-                                q, q_s, rid, q0 + qpc, gid, heads_per_cta, qpc,
+                                q, q_s, rid, next_grp * qpc, gid, heads_per_cta, qpc,
                                 num_queries,
                             )  # fmt: skip
                         _softmax_window(
-                            acc_w, acc_t, m_i, m_prev, l_i, l_tile, alpha, scale_log2
-                        )
+                            acc_w, acc_t, acc_x, m_i, m_prev, l_i, l_tile, alpha,
+                            scale_log2,
+                        )  # fmt: skip
                         if c > 0:
                             for m, d in T.Parallel(m_pad, HEAD_DIM):
                                 acc_o[m, d] = acc_o[m, d] * alpha[m]
@@ -489,21 +494,57 @@ def _score_window(q_s, kv_s, kv_tail, slot_s, len_s, acc_w, acc_t, pos0, live_le
     )
 
 
-def _softmax_window(acc_w, acc_t, m_i, m_prev, l_i, l_tile, alpha, scale_log2):
+def _fold_fragment(acc_s, tiles):
+    """The scratch fragment the window's tiles are folded into (None: one tile)."""
+    return T.alloc_fragment(list(acc_s.shape), T.float32) if tiles > 1 else None
+
+
+def _window_var(window_softmax):
+    return T.alloc_var(T.int32, init=0) if window_softmax else None
+
+
+def _softmax_window(acc_w, acc_t, acc_x, m_i, m_prev, l_i, l_tile, alpha, scale_log2):
     """One online-softmax step over all of the window's score tiles: m_i and
     l_i updated, the scores replaced by exp2 weights, alpha the factor for
-    the previous chunks' output (1 chunk: nothing to rescale)."""
-    accs = [*acc_w, acc_t]
+    the previous chunks' output (1 chunk: nothing to rescale). The resident
+    tiles are folded element-wise into acc_x before each row reduction: every
+    cross-warpgroup reduction takes 1 KiB of shared memory, and 2 more than
+    the streaming tile's 4 overflowed SM90's 227 KiB (H200, 229,632 B)."""
+    acc_x = acc_w[0] if acc_x is None else acc_x
     T.copy(m_i, m_prev)
-    for acc in accs:
-        T.reduce_max(acc, m_i, dim=1, clear=False)
+    _fold_tiles(acc_w, acc_x, _pair_max)
+    T.reduce_max(acc_x, m_i, dim=1, clear=False)
+    T.reduce_max(acc_t, m_i, dim=1, clear=False)
     _alpha(m_i, m_prev, alpha, scale_log2)
-    for acc in accs:
+    for acc in [*acc_w, acc_t]:
         _exp_weights(acc, m_i, scale_log2)
-    T.reduce_sum(accs[0], l_tile, dim=1)
-    for acc in accs[1:]:
-        T.reduce_sum(acc, l_tile, dim=1, clear=False)
+    _fold_tiles(acc_w, acc_x, _pair_sum)
+    T.reduce_sum(acc_x, l_tile, dim=1)
+    T.reduce_sum(acc_t, l_tile, dim=1, clear=False)
     _rescale_sum(l_i, l_tile, alpha)
+
+
+def _fold_tiles(acc_w, acc_x, op):
+    """acc_x = op (_pair_max or _pair_sum) over the resident tiles' fragments,
+    element by element (one tile: acc_x is that tile)."""
+    if len(acc_w) > 1:
+        op(acc_w[0], acc_w[1], acc_x)
+        for acc in acc_w[2:]:
+            op(acc_x, acc, acc_x)
+
+
+@T.macro
+def _pair_max(a, b, dst):
+    m_pad, cols = dst.shape
+    for m, j in T.Parallel(m_pad, cols):
+        dst[m, j] = T.max(a[m, j], b[m, j])
+
+
+@T.macro
+def _pair_sum(a, b, dst):
+    m_pad, cols = dst.shape
+    for m, j in T.Parallel(m_pad, cols):
+        dst[m, j] = a[m, j] + b[m, j]
 
 
 def _weigh_window(kv_s, kv_tail, p_s, p_tail, acc_w, acc_t, acc_o, pos0, live_len):

@@ -373,10 +373,6 @@ SWEEP_CONFIGS = tuple(
     dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True, resident=True, passes=3),
     dc.TileConfig(16, 64, 256, 1, 1, 64, False, 4, 1, True, resident=True),
     dc.TileConfig(8, 64, 256, 1, 1, 64, False, 0, 1, True, resident=True),
-    # the resident kernel with window_softmax (a pass's scores for the whole window, one softmax,
-    # the next pass's Q loaded under this pass's softmax, P V and output): 64 x 1 and 16 x 4
-    dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True, resident=True, window_softmax=True),
-    dc.TileConfig(16, 64, 256, 1, 1, 64, False, 4, 1, True, resident=True, window_softmax=True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass

@@ -281,14 +281,6 @@ def test_compile_key_carries_the_kernel_variants(kernel_module):
     for key in (default, four):
         _, args = type(owner).__call__.__wrapped__(owner, **tensors, compile_key=key)
         assert args[-1] == key.queries_per_cta and args[16] == key.heads_per_cta
-    # the KV-resident kernel's whole-window softmax: in the key and, last, its launch arguments
-    res = dc.resident_tile(tile, 16, 5)
-    plain, window = (owner.dispatch(**kw, tile=dataclasses.replace(res, window_softmax=w)) for w in (False, True))
-    assert window == dataclasses.replace(plain, window_softmax=True) and window != plain
-    assert owner.kernel(window) is kernel_module.dspark_draft_attn_resident_tilelang
-    for key in (plain, window):
-        _, args = type(owner).__call__.__wrapped__(owner, **tensors, compile_key=key)
-        assert args[-1] is key.window_softmax
 
 
 def test_dsmem_merge_fits_n5_not_n7():
@@ -761,8 +753,3 @@ def test_kv_resident_tile_rules():
     assert dc.tile_rule_violations(dataclasses.replace(split, heads_per_cta=16, queries_per_cta=5), 5)
     assert dc.tile_rule_violations(dataclasses.replace(split, kv_splits=2), 5)
     assert dc.tile_rule_violations(dataclasses.replace(split, tail_kv=8), 5)
-    # the whole-window softmax is the resident kernel's option, refused on the streaming one
-    assert dc.tile_rule_violations(dataclasses.replace(split, window_softmax=True), 5) == []
-    streaming = dc.select_tile_config(64, 5, (9, 0))
-    assert dc.tile_rule_violations(streaming, 5) == []
-    assert dc.tile_rule_violations(dataclasses.replace(streaming, window_softmax=True), 5)

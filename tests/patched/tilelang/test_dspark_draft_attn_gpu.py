@@ -3,8 +3,6 @@
 GPU (skipped without CUDA or tilelang). The full matrix and the benchmark are
 benchmarks/dspark_draft_attn/draft_attn_gpu.py (GPU harness stage tilelang_draft_attn)."""
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -78,57 +76,19 @@ def test_kv_resident_kernel_rows_wider_than_its_tiles():
     cap = torch.cuda.get_device_capability(0)
     if cap[0] != 9:
         pytest.skip("the KV-resident kernel is SM90's")
-    b, live = _wide_row_batch(4, 64, 5, seed=71)
+    b = g.make_batch(4, 64, 5, seed=71, padding=False, clamp=False, short_ctx=False)
+    idx = b.idx.view(b.idx.shape[0], -1)
+    live = int(b.lens.max())
     assert live <= 144 < b.width
+    # fill the row's tail with (repeated) live slots of the same request: 192 live positions
+    idx[:, live:] = idx[:, : b.width - live]
+    b.lens.fill_(b.width)
+    b.lens[-b.n:] = 150  # one request just past one chunk
     tile = g.dc.resident_tile(g.dc.select_tile_config(64, 5, cap), 64, 5)
     out = torch.empty_like(b.q)
     g.run_kernel(b, out, tile=tile)
     res = g.compare(out, g.reference(b), b.lens)
     assert res["ok"], res
-
-
-@pytest.mark.parametrize(
-    "num_reqs,num_heads,num_queries,passes,wide_rows",
-    # 7 passes (the next Q issued in each but the last), the 16 x 4 tile's one-query second
-    # pass, 3 + 2 passes over 2 CTAs, and rows wider than the resident tiles (chunks: the
-    # softmax rescaled across them, the next Q issued after the last chunk's scores only)
-    [(3, 64, 7, 0, False), (5, 16, 5, 0, False), (4, 64, 5, 3, False), (4, 64, 5, 0, True)],
-)
-def test_kv_resident_other_softmax(num_reqs, num_heads, num_queries, passes, wide_rows):
-    # the resident kernel's softmax variant its default tile does not take, so both stay tested:
-    # window_softmax (a pass scores the whole resident window, one softmax, then P V; the next
-    # pass's Q arrives under this pass's softmax, P V and output, stored from registers) or the
-    # online softmax a tile at a time, the output through Q's buffer
-    cap = torch.cuda.get_device_capability(0)
-    if cap[0] != 9:
-        pytest.skip("the KV-resident kernel is SM90's")
-    tile = g.dc.resident_tile(g.dc.select_tile_config(num_heads, num_queries, cap), num_heads, num_queries,
-                              passes=passes)
-    tile = dataclasses.replace(tile, window_softmax=not tile.window_softmax)
-    assert g.dc.tile_rule_violations(tile, num_queries) == []
-    if not wide_rows:
-        res = g.check_case(num_reqs, num_heads, num_queries, seed=57 + num_heads + passes, tile=tile)
-        assert res["finite"] and res["empty_rows_exact_zero"] and res["bitwise_repeatable"], res
-        assert res["ok"], res
-        return
-    b, _ = _wide_row_batch(num_reqs, num_heads, num_queries, seed=73)
-    out = torch.empty_like(b.q)
-    g.run_kernel(b, out, tile=tile)
-    res = g.compare(out, g.reference(b), b.lens)
-    assert res["ok"], res
-
-
-def _wide_row_batch(num_reqs, num_heads, num_queries, seed):
-    """(a batch whose index rows are live to their full width, the window's live length it
-    was made with): each row's tail refilled with (repeated) live slots of the same request,
-    every length the width but one request's, 150 (just past one chunk of 144)."""
-    b = g.make_batch(num_reqs, num_heads, num_queries, seed=seed, padding=False, clamp=False, short_ctx=False)
-    idx = b.idx.view(b.idx.shape[0], -1)
-    live = int(b.lens.max())
-    idx[:, live:] = idx[:, : b.width - live]
-    b.lens.fill_(b.width)
-    b.lens[-b.n:] = 150
-    return b, live
 
 
 @pytest.mark.parametrize("num_reqs,num_heads", [(1, 64), (64, 16)])

@@ -126,11 +126,6 @@ class TileConfig:
     passes: int = 0
     resident_tiles: int = 2
     tail_kv: int = 16
-    # KV-resident kernel only: a pass scores the whole resident window, then
-    # one softmax and the P V GEMMs, the next pass's Q issued once the score
-    # GEMMs are done (its load under this pass's softmax, P V and output),
-    # the output stored from registers
-    window_softmax: bool = False
 
 
 def query_groups(num_queries: int, queries_per_cta: int) -> tuple[int, int]:
@@ -183,8 +178,6 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     them; the fp32 output accumulator, rows * 512 / threads floats a thread,
     must stay <= 128.
     """
-    if cfg.window_softmax and not cfg.resident:
-        return ["window_softmax is the KV-resident kernel's"]
     if cfg.warp_specialized:
         return _ws_rule_violations(cfg, num_queries)
     if cfg.resident:

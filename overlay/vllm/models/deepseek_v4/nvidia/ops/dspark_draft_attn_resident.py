@@ -14,11 +14,6 @@ query groups ("passes", each one 64-row wgmma tile of (query, head) rows):
    first pass's Q arrives by cp.async;
 2. per pass: S = Q K^T, online softmax and O += P V over the resident
    tiles, the sink folded in, O written through the (then free) Q buffer.
-   With window_softmax: every tile's S = Q K^T first, then one softmax over
-   the whole window and the P V GEMMs; Q is dead once the S GEMMs are done,
-   so the next pass's Q is issued then and arrives under this pass's
-   softmax, P V and output, which is stored from registers (Q's buffer is
-   taken again).
 
 Shared memory: resident_tiles x block_kv + tail_kv bf16 rows of 512 (2 x 64
 + 16 = 144 >= 128 + N for DSV4's window) + Q (64 x 512) + P, 226 KB of SM90's
@@ -77,7 +72,6 @@ def dspark_draft_attn_resident_tilelang(
     resident_tiles: int = 2,
     tail_kv: int = 16,
     threads: int = 256,
-    window_softmax: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V,
     K = V = the request's dequantised fp8_ds_mla rows (the streaming kernel's
@@ -140,10 +134,6 @@ def dspark_draft_attn_resident_tilelang(
         l_i = T.alloc_fragment([m_pad], T.float32)
         l_tile = T.alloc_fragment([m_pad], T.float32)
         alpha = T.alloc_fragment([m_pad], T.float32)
-        # window_softmax: every resident tile's scores at once (acc_s is the first)
-        acc_w = _window_fragments(acc_s, resident_tiles if window_softmax else 1)
-        # their element-wise max, then sum (None: one tile, or no window)
-        acc_x = _fold_fragment(acc_s, len(acc_w))
 
         # All N rows of a request carry the same list; use the longest.
         max_len = T.alloc_var(T.int32, init=0)
@@ -165,19 +155,15 @@ def dspark_draft_attn_resident_tilelang(
         _gather_resident(
             kv_fp8, kv_bf16, kv_s, kv_tail, slot_s, scale_s, block_size, tok_words
         )
-        # window_softmax: the query group whose Q a pass issues (q_groups: none)
-        next_grp = _window_var(window_softmax)
         for p in T.serial(n_pass):
             grp = first_group + p
             if grp < q_groups:
                 q0 = grp * qpc
                 live_rows = T.min(num_queries - q0, qpc) * heads_per_cta
-                # a compile-time branch (a Python bool), then a runtime one
-                if not window_softmax:  # noqa: SIM102
-                    if p > 0:
-                        # the previous pass's output left through q_s
-                        T.sync_threads()
-                        _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries)
+                if p > 0:
+                    # the previous pass's output left through q_s
+                    T.sync_threads()
+                    _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries)
                 if live_rows < m_pad:
                     for m, d in T.Parallel(m_pad, HEAD_DIM):
                         if m >= live_rows:
@@ -209,53 +195,23 @@ def dspark_draft_attn_resident_tilelang(
                             )  # fmt: skip
                     T.ptx_wait_group(0)
                     T.sync_threads()
-                    if window_softmax:
-                        pos0 = c * cap
-                        # a variable: with the condition written in the branch
-                        # below, TileLang 0.1.12 failed to lower the cp.async
-                        # at passes > 0 ("no eligible global->shared store")
-                        next_grp = T.if_then_else(p + 1 < n_pass, grp + 1, q_groups)
-                        _score_window(
-                            q_s, kv_s, kv_tail, slot_s, len_s, acc_w, acc_t, pos0,
-                            live_len,
-                        )  # fmt: skip
-                        if (c == num_chunks - 1) & (next_grp < q_groups):
-                            # Q's last reader done: the next pass's Q now
-                            T.sync_threads()
-                            _issue_q(
-                                q, q_s, rid, next_grp * qpc, gid, heads_per_cta, qpc,
-                                num_queries,
-                            )  # fmt: skip
-                        _softmax_window(
-                            acc_w, acc_t, acc_x, m_i, m_prev, l_i, l_tile, alpha,
-                            scale_log2,
-                        )  # fmt: skip
-                        if c > 0:
-                            for m, d in T.Parallel(m_pad, HEAD_DIM):
-                                acc_o[m, d] = acc_o[m, d] * alpha[m]
-                        _weigh_window(
-                            kv_s, kv_tail, p_s, p_tail, acc_w, acc_t, acc_o, pos0,
-                            live_len,
-                        )  # fmt: skip
-                    else:
-                        for t in T.serial(resident_tiles):
-                            if c * cap + t * block_kv < live_len:
-                                _attend_tile(
-                                    q_s, kv_s, t, t * block_kv, p_s, slot_s, len_s,
-                                    acc_s, acc_o, m_i, m_prev, l_i, l_tile, alpha,
-                                    c * cap, scale_log2,
-                                )  # fmt: skip
-                        if c * cap + full < live_len:
+                    for t in T.serial(resident_tiles):
+                        if c * cap + t * block_kv < live_len:
                             _attend_tile(
-                                q_s, kv_tail, 0, full, p_tail, slot_s, len_s, acc_t,
+                                q_s, kv_s, t, t * block_kv, p_s, slot_s, len_s, acc_s,
                                 acc_o, m_i, m_prev, l_i, l_tile, alpha, c * cap,
                                 scale_log2,
                             )  # fmt: skip
-                if not window_softmax:
-                    # Q's copies are waited on in the chunk loop, which an
-                    # empty row skips; q_s is written below
-                    T.ptx_wait_group(0)
-                    T.sync_threads()
+                    if c * cap + full < live_len:
+                        _attend_tile(
+                            q_s, kv_tail, 0, full, p_tail, slot_s, len_s, acc_t,
+                            acc_o, m_i, m_prev, l_i, l_tile, alpha, c * cap,
+                            scale_log2,
+                        )  # fmt: skip
+                # Q's copies are waited on in the chunk loop, which an empty
+                # row skips; q_s is written below
+                T.ptx_wait_group(0)
+                T.sync_threads()
                 # the sink, computed around max(m, sink) (no overflow for a
                 # large or -inf sink); rows with no live slot give zeros
                 for m in T.Parallel(m_pad):
@@ -269,31 +225,17 @@ def dspark_draft_attn_resident_tilelang(
                     alpha[m] = T.if_then_else(
                         (len_s[m] > 0) & (l_i[m] > 0), corr / denom, 0.0
                     )
-                if window_softmax:
-                    # from registers: q_s holds the next pass's Q
-                    for m, d in T.Parallel(m_pad, HEAD_DIM):
-                        if m < live_rows:
-                            out[
-                                rid,
-                                q0 + m // heads_per_cta,
-                                gid * heads_per_cta + m % heads_per_cta,
-                                d,
-                            ] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
-                else:
-                    # through q_s (free until the next pass) for 16-byte stores
-                    for m, d in T.Parallel(m_pad, HEAD_DIM):
-                        q_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
-                    for m, d in T.Parallel(rows, HEAD_DIM):
-                        if m < live_rows:
-                            out[
-                                rid,
-                                q0 + m // heads_per_cta,
-                                gid * heads_per_cta + m % heads_per_cta,
-                                d,
-                            ] = q_s[m, d]
-        if window_softmax:
-            # a request with no live slot never waited on its first Q
-            T.ptx_wait_group(0)
+                # through q_s (free until the next pass) for 16-byte stores
+                for m, d in T.Parallel(m_pad, HEAD_DIM):
+                    q_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
+                for m, d in T.Parallel(rows, HEAD_DIM):
+                    if m < live_rows:
+                        out[
+                            rid,
+                            q0 + m // heads_per_cta,
+                            gid * heads_per_cta + m % heads_per_cta,
+                            d,
+                        ] = q_s[m, d]
 
 
 # Helpers after the kernel's @tilelang_jit: without tilelang, importing this
@@ -456,116 +398,6 @@ def _attend_tile(
     """Tile kv3[t] (chunk slots j0 ...) of the online softmax: the streaming
     kernel's loop body without its gather; pos0: the chunk's first index
     position."""
-    m_pad = acc.shape[0]
-    _mask_scores(acc, j0, slot_s, len_s, pos0)
-    T.gemm(q_s, kv3[t, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
-    T.copy(m_i, m_prev)
-    T.reduce_max(acc, m_i, dim=1, clear=False)
-    for m in T.Parallel(m_pad):
-        m_i[m] = T.max(m_i[m], m_prev[m])
-        alpha[m] = T.exp2((m_prev[m] - m_i[m]) * scale_log2)
-    _exp_weights(acc, m_i, scale_log2)
-    T.reduce_sum(acc, l_tile, dim=1)
-    _rescale_sum(l_i, l_tile, alpha)
-    for m, d in T.Parallel(m_pad, HEAD_DIM):
-        acc_o[m, d] = acc_o[m, d] * alpha[m]
-    T.copy(acc, p)
-    T.gemm(p, kv3[t, :, :], acc_o, policy=T.GemmWarpPolicy.FullCol)
-
-
-# window_softmax: the pass's scores for the whole resident window first, one
-# softmax over them, then the P V GEMMs. Plain functions: Python loops over
-# the tiles' fragments (a GEMM's accumulator is a whole fragment).
-def _window_fragments(acc_s, tiles):
-    """acc_s and tiles - 1 more score fragments of its shape."""
-    return [acc_s] + [
-        T.alloc_fragment(list(acc_s.shape), T.float32) for _ in range(tiles - 1)
-    ]
-
-
-def _score_window(q_s, kv_s, kv_tail, slot_s, len_s, acc_w, acc_t, pos0, live_len):
-    """S = Q K^T for every resident tile and the tail (masked columns -inf;
-    a tile past the live length is left all -inf, its GEMM skipped)."""
-    block_kv = int(kv_s.shape[1])
-    for t, acc in enumerate(acc_w):
-        _score_tile(q_s, kv_s, t, t * block_kv, slot_s, len_s, acc, pos0, live_len)
-    _score_tile(
-        q_s, kv_tail, 0, len(acc_w) * block_kv, slot_s, len_s, acc_t, pos0, live_len
-    )
-
-
-def _fold_fragment(acc_s, tiles):
-    """The scratch fragment the window's tiles are folded into (None: one tile)."""
-    return T.alloc_fragment(list(acc_s.shape), T.float32) if tiles > 1 else None
-
-
-def _window_var(window_softmax):
-    return T.alloc_var(T.int32, init=0) if window_softmax else None
-
-
-def _softmax_window(acc_w, acc_t, acc_x, m_i, m_prev, l_i, l_tile, alpha, scale_log2):
-    """One online-softmax step over all of the window's score tiles: m_i and
-    l_i updated, the scores replaced by exp2 weights, alpha the factor for
-    the previous chunks' output (1 chunk: nothing to rescale). The resident
-    tiles are folded element-wise into acc_x before each row reduction: every
-    cross-warpgroup reduction takes 1 KiB of shared memory, and 2 more than
-    the streaming tile's 4 overflowed SM90's 227 KiB (H200, 229,632 B)."""
-    acc_x = acc_w[0] if acc_x is None else acc_x
-    T.copy(m_i, m_prev)
-    _fold_tiles(acc_w, acc_x, _pair_max)
-    T.reduce_max(acc_x, m_i, dim=1, clear=False)
-    T.reduce_max(acc_t, m_i, dim=1, clear=False)
-    _alpha(m_i, m_prev, alpha, scale_log2)
-    for acc in [*acc_w, acc_t]:
-        _exp_weights(acc, m_i, scale_log2)
-    _fold_tiles(acc_w, acc_x, _pair_sum)
-    T.reduce_sum(acc_x, l_tile, dim=1)
-    T.reduce_sum(acc_t, l_tile, dim=1, clear=False)
-    _rescale_sum(l_i, l_tile, alpha)
-
-
-def _fold_tiles(acc_w, acc_x, op):
-    """acc_x = op (_pair_max or _pair_sum) over the resident tiles' fragments,
-    element by element (one tile: acc_x is that tile)."""
-    if len(acc_w) > 1:
-        op(acc_w[0], acc_w[1], acc_x)
-        for acc in acc_w[2:]:
-            op(acc_x, acc, acc_x)
-
-
-@T.macro
-def _pair_max(a, b, dst):
-    m_pad, cols = dst.shape
-    for m, j in T.Parallel(m_pad, cols):
-        dst[m, j] = T.max(a[m, j], b[m, j])
-
-
-@T.macro
-def _pair_sum(a, b, dst):
-    m_pad, cols = dst.shape
-    for m, j in T.Parallel(m_pad, cols):
-        dst[m, j] = a[m, j] + b[m, j]
-
-
-def _weigh_window(kv_s, kv_tail, p_s, p_tail, acc_w, acc_t, acc_o, pos0, live_len):
-    """O += P V over the window's tiles, P through shared memory: the first
-    tile's and the tail's together, then the other resident tiles' one after
-    another through p_s (one CTA barrier a tile)."""
-    block_kv = int(kv_s.shape[1])
-    tail0 = len(acc_w) * block_kv
-    _stage_p(acc_w[0], p_s, 0, pos0, live_len)
-    _stage_p(acc_t, p_tail, tail0, pos0, live_len)
-    _weigh_tile(kv_s, 0, 0, p_s, acc_o, pos0, live_len)
-    _weigh_tile(kv_tail, 0, tail0, p_tail, acc_o, pos0, live_len)
-    for t in range(1, len(acc_w)):
-        _stage_p(acc_w[t], p_s, t * block_kv, pos0, live_len)
-        _weigh_tile(kv_s, t, t * block_kv, p_s, acc_o, pos0, live_len)
-
-
-@T.macro
-def _mask_scores(acc, j0, slot_s, len_s, pos0):
-    """0 where a score's slot is live within its row's length, else -inf
-    (the GEMM then accumulates onto it)."""
     m_pad, cols = acc.shape
     for m, j in T.Parallel(m_pad, cols):
         acc[m, j] = T.if_then_else(
@@ -573,43 +405,18 @@ def _mask_scores(acc, j0, slot_s, len_s, pos0):
             0,
             -T.infinity(T.float32),
         )
-
-
-@T.macro
-def _score_tile(q_s, kv3, t, j0, slot_s, len_s, acc, pos0, live_len):
-    _mask_scores(acc, j0, slot_s, len_s, pos0)
-    if pos0 + j0 < live_len:
-        T.gemm(
-            q_s, kv3[t, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullCol
-        )
-
-
-@T.macro
-def _alpha(m_i, m_prev, alpha, scale_log2):
-    for m in T.Parallel(m_i.shape[0]):
+    T.gemm(q_s, kv3[t, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
+    T.copy(m_i, m_prev)
+    T.reduce_max(acc, m_i, dim=1, clear=False)
+    for m in T.Parallel(m_pad):
+        m_i[m] = T.max(m_i[m], m_prev[m])
         alpha[m] = T.exp2((m_prev[m] - m_i[m]) * scale_log2)
-
-
-@T.macro
-def _exp_weights(acc, m_i, scale_log2):
-    m_pad, cols = acc.shape
     for m, j in T.Parallel(m_pad, cols):
         acc[m, j] = T.exp2((acc[m, j] - m_i[m]) * scale_log2)
-
-
-@T.macro
-def _rescale_sum(l_i, l_tile, alpha):
-    for m in T.Parallel(l_i.shape[0]):
+    T.reduce_sum(acc, l_tile, dim=1)
+    for m in T.Parallel(m_pad):
         l_i[m] = l_i[m] * alpha[m] + l_tile[m]
-
-
-@T.macro
-def _stage_p(acc, p, j0, pos0, live_len):
-    if pos0 + j0 < live_len:
-        T.copy(acc, p)
-
-
-@T.macro
-def _weigh_tile(kv3, t, j0, p, acc_o, pos0, live_len):
-    if pos0 + j0 < live_len:
-        T.gemm(p, kv3[t, :, :], acc_o, policy=T.GemmWarpPolicy.FullCol)
+    for m, d in T.Parallel(m_pad, HEAD_DIM):
+        acc_o[m, d] = acc_o[m, d] * alpha[m]
+    T.copy(acc, p)
+    T.gemm(p, kv3[t, :, :], acc_o, policy=T.GemmWarpPolicy.FullCol)

@@ -1146,7 +1146,6 @@ class DSparkDraftAttnTileLangKernel(
         passes: int
         resident_tiles: int
         tail_kv: int
-        window_softmax: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -1199,7 +1198,6 @@ class DSparkDraftAttnTileLangKernel(
             passes=cfg.passes,
             resident_tiles=cfg.resident_tiles,
             tail_kv=cfg.tail_kv,
-            window_softmax=cfg.window_softmax,
         )
 
     def get_warmup_keys(
@@ -1346,7 +1344,6 @@ class DSparkDraftAttnTileLangKernel(
                 key.resident_tiles,
                 key.tail_kv,
                 key.threads,
-                key.window_softmax,
             )
         return (key,), (
             *tensors,

@@ -523,6 +523,47 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
     assert captured["compile_key"].kv_splits == 1 and kernel_module._SPLIT_SCRATCH == {}
 
 
+def test_wrapper_keeps_page_and_scratch_views_while_they_are_valid(kernel_module, monkeypatch):
+    """An eager launch's host time: the cache's page views and the scratch's views are made once,
+    then reused while the same cache tensor has the same memory and layout, and the scratch has
+    not grown; a dead cache tensor's views are dropped with it (no KV memory kept alive)."""
+    import gc
+
+    page = dc.fp8_ds_mla_page_bytes(64)
+    monkeypatch.setattr(kernel_module, "_PAGE_VIEWS", {})
+    pool = torch.zeros(3, page, dtype=torch.uint8)
+    first = kernel_module._cached_page_views(pool, page)
+    assert all(a is b for a, b in zip(kernel_module._cached_page_views(pool, page), first))
+    assert first[0].data_ptr() == pool.data_ptr() and first[0].shape == (3, page)
+    with pytest.raises(ValueError, match="page stride"):  # still validated on a miss
+        kernel_module._cached_page_views(pool, page - 64)
+    other = torch.zeros(3, page, dtype=torch.uint8)
+    pool.set_(other.untyped_storage(), 0, (3, page), (page, 1))  # re-pointed, same shape
+    moved = kernel_module._cached_page_views(pool, page)
+    assert moved[0].data_ptr() == other.data_ptr() != first[0].data_ptr()
+    pool.set_(other.untyped_storage(), 0, (2, page), (page, 1))  # fewer pages, same memory
+    assert kernel_module._cached_page_views(pool, page)[0].shape == (2, page)
+    del pool, first, moved
+    gc.collect()
+    assert kernel_module._PAGE_VIEWS == {}
+
+    monkeypatch.setattr(kernel_module, "_sm_count", lambda device: 4)
+    monkeypatch.setattr(kernel_module, "_SPLIT_SCRATCH", {})
+    monkeypatch.setattr(kernel_module, "_SCRATCH_VIEWS", {})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # CPU torch
+    cpu = torch.device("cpu")
+    small = kernel_module._split_scratch(cpu, 3, 64)
+    assert all(a is b for a, b in zip(kernel_module._split_scratch(cpu, 3, 64), small))
+    old = kernel_module._SPLIT_SCRATCH[cpu][0]
+    grown = kernel_module._split_scratch(cpu, 6, 64)  # more than the 4 x 64 rows allocated
+    new = kernel_module._SPLIT_SCRATCH[cpu][0]
+    assert new is not old and grown[0].data_ptr() == new.data_ptr()
+    # no view of the old scratch kept (it would stay allocated), none handed out again
+    assert all(entry[0] is new for entry in kernel_module._SCRATCH_VIEWS.values())
+    again = kernel_module._split_scratch(cpu, 3, 64)
+    assert again[0].data_ptr() == new.data_ptr() and again[0] is not small[0]
+
+
 def test_wrapper_chooses_a_batch_shape_s_tile_and_key_once(kernel_module, monkeypatch):
     """select_tile_config + launch_tile + the compile key are ~100 us of Python a call (more than
     the kernel at small R in an eager launch): the wrapper chooses them once per batch shape.

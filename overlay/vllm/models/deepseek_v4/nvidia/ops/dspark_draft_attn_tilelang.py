@@ -28,6 +28,7 @@ Layout, tile configuration and the fp32 reference: dspark_draft_attn_common.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -1280,10 +1281,12 @@ class DSparkDraftAttnTileLangKernel(
         # Shapes, strides, dtypes and devices of the tensors and every scalar:
         # all TileLang keys on and more, so a hit is never a wrong kernel.
         signature = tuple(
-            (a.dtype, a.shape, a.stride(), a.device)
-            if isinstance(a, torch.Tensor)
-            else a
-            for a in args
+            [
+                (a.dtype, a.shape, a.stride(), a.device)
+                if isinstance(a, torch.Tensor)
+                else a
+                for a in args
+            ]
         )
         compiled = self._compiled
         # by id: TileLang's JIT functions are not hashable, and live as long
@@ -1400,10 +1403,13 @@ def _launch_plan(
     capability: tuple[int, int],
     sm_count: int,
     tile: TileConfig | None,
-) -> tuple[TileConfig, TileConfig, DSparkDraftAttnTileLangKernel.CompileKey]:
-    """(the launch's tile, the unsplit tile, the launch's compile key),
-    memoised: choosing them is pure Python of ~100 us a call, more than the
-    kernel itself at small batches when the launch is not in a CUDA graph."""
+) -> tuple[
+    TileConfig, TileConfig, DSparkDraftAttnTileLangKernel.CompileKey, tuple[int, int]
+]:
+    """(the launch's tile, the unsplit tile, the launch's compile key, its
+    scratch shape: _split_scratch's parts and rows), memoised: choosing them is
+    pure Python of ~100 us a call, more than the kernel itself at small
+    batches when the launch is not in a CUDA graph."""
     unsplit = tile or select_tile_config(num_heads, num_queries, capability)
     if tile is None:
         tile = launch_tile(
@@ -1419,7 +1425,7 @@ def _launch_plan(
         capability=capability,
         tile=tile,
     )
-    return tile, unsplit, key
+    return tile, unsplit, key, scratch_shape(num_reqs, num_heads, num_queries, tile)
 
 
 def page_views(
@@ -1446,9 +1452,38 @@ def page_views(
     )
 
 
+# The page views of each live SWA cache tensor (by id, dropped when the tensor
+# is): four tensor views are a few us of an eager launch's host time.
+_PAGE_VIEWS: dict[int, tuple[Any, tuple[Any, ...], tuple[torch.Tensor, ...]]] = {}
+
+
+def _cached_page_views(
+    swa_cache: torch.Tensor, page_bytes: int
+) -> tuple[torch.Tensor, ...]:
+    """page_views of swa_cache, reused while the same tensor object has the
+    same memory and layout (one re-pointed with set_ gets new views)."""
+    key = id(swa_cache)
+    layout = (
+        swa_cache.data_ptr(),
+        swa_cache.shape[0],
+        swa_cache.stride(0),
+        swa_cache.dtype,
+        page_bytes,
+    )
+    hit = _PAGE_VIEWS.get(key)
+    if hit is not None and hit[0]() is swa_cache and hit[1] == layout:
+        return hit[2]
+    views = page_views(swa_cache, page_bytes)
+    ref = weakref.ref(swa_cache, lambda _, key=key: _PAGE_VIEWS.pop(key, None))
+    _PAGE_VIEWS[key] = (ref, layout, views)
+    return views
+
+
 # Per device: fp32 scratch for the partial states of split launches (every
 # launch of the device's stream reuses it, as they run one after another).
 _SPLIT_SCRATCH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+# Views of it by (device, parts, rows a part), with the scratch they view.
+_SCRATCH_VIEWS: dict[tuple[torch.device, int, int], tuple[torch.Tensor, tuple]] = {}
 
 
 @functools.cache
@@ -1474,10 +1509,14 @@ def _split_scratch(
     warm-up runs before any capture); None when it would have to grow inside
     a graph capture. An unsplit launch never touches it: parts == 1 gets a
     one-part placeholder, so archs and batches that never split (SM12x, large
-    R) never allocate the scratch."""
+    R) never allocate the scratch. The views are kept per shape until the
+    scratch grows (slicing and viewing it was ~5 us of an eager launch)."""
     if parts == 1:
         return _unsplit_placeholder(device, m_pad)
     o, ml = _SPLIT_SCRATCH.get(device, (None, None))
+    hit = _SCRATCH_VIEWS.get((device, parts, m_pad))
+    if hit is not None and hit[0] is o:
+        return hit[1]
     if o is None or ml is None or o.numel() < parts * m_pad * HEAD_DIM:
         if torch.cuda.is_current_stream_capturing():
             return None
@@ -1486,9 +1525,26 @@ def _split_scratch(
         o = torch.empty(rows * HEAD_DIM, dtype=torch.float32, device=device)
         ml = torch.empty(2 * rows, dtype=torch.float32, device=device)
         _SPLIT_SCRATCH[device] = (o, ml)
-    return (
+        # views of the old scratch would keep it alive
+        for stale in [k for k in _SCRATCH_VIEWS if k[0] == device]:
+            del _SCRATCH_VIEWS[stale]
+    views = (
         o[: parts * m_pad * HEAD_DIM].view(parts, m_pad, HEAD_DIM),
         ml[: parts * 2 * m_pad].view(parts, 2, m_pad),
+    )
+    _SCRATCH_VIEWS[(device, parts, m_pad)] = (o, views)
+    return views
+
+
+def scratch_shape(
+    num_reqs: int, num_heads: int, num_queries: int, tile: TileConfig
+) -> tuple[int, int]:
+    """(parts, rows a part) of a launch's scratch: its CTAs for a split tile,
+    else 1 (the placeholder)."""
+    parts = launch_ctas(tile, num_reqs, num_heads, num_queries)
+    return (
+        parts if tile.kv_splits > 1 else 1,
+        padded_rows(cta_queries(num_queries, tile), tile.heads_per_cta, tile.row_tile),
     )
 
 
@@ -1500,12 +1556,17 @@ def launch_scratch(
     tile: TileConfig,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The part_o / part_ml arguments of one launch (_split_scratch)."""
-    parts = launch_ctas(tile, num_reqs, num_heads, num_queries)
     return _split_scratch(
-        device,
-        parts if tile.kv_splits > 1 else 1,
-        padded_rows(cta_queries(num_queries, tile), tile.heads_per_cta, tile.row_tile),
+        device, *scratch_shape(num_reqs, num_heads, num_queries, tile)
     )
+
+
+def clear_launch_caches() -> None:
+    """Forget the wrapper's host-side caches (launch plans, page and scratch
+    views): the uncached path, for benchmarks."""
+    _launch_plan.cache_clear()
+    _PAGE_VIEWS.clear()
+    _SCRATCH_VIEWS.clear()
 
 
 def dspark_draft_attention(
@@ -1547,13 +1608,15 @@ def dspark_draft_attention(
         return out
     plan = (num_heads, num_queries, width, block_size, page_bytes, float(scale))
     plan += (tuple(capability), _sm_count(q.device))
-    tile, unsplit, key = _launch_plan(num_reqs, *plan, tile)
-    scratch = launch_scratch(q.device, num_reqs, num_heads, num_queries, tile)
+    tile, unsplit, key, shape = _launch_plan(num_reqs, *plan, tile)
+    scratch = _split_scratch(q.device, *shape)
     if scratch is None:  # first split launch inside a capture: do not split
-        tile, _, key = _launch_plan(num_reqs, *plan, replace(unsplit, kv_splits=1))
-        scratch = launch_scratch(q.device, num_reqs, num_heads, num_queries, tile)
+        tile, _, key, shape = _launch_plan(
+            num_reqs, *plan, replace(unsplit, kv_splits=1)
+        )
+        scratch = _split_scratch(q.device, *shape)
         assert scratch is not None
-    kv_fp8, kv_i64, kv_bf16 = page_views(swa_cache, page_bytes)
+    kv_fp8, kv_i64, kv_bf16 = _cached_page_views(swa_cache, page_bytes)
     _DSPARK_DRAFT_ATTN_TILELANG_KERNEL(
         q=q.view(num_reqs, num_queries, num_heads, HEAD_DIM),
         kv_fp8=kv_fp8,

@@ -1492,6 +1492,11 @@ def _sm_count(device: torch.device) -> int:
 
 
 @functools.cache
+def _device_capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
+@functools.cache
 def _unsplit_placeholder(
     device: torch.device, m_pad: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1601,7 +1606,7 @@ def dspark_draft_attention(
             f"{num_tokens} tokens are not whole requests of {num_queries} queries"
         )
     if capability is None:
-        capability = torch.cuda.get_device_capability(q.device)
+        capability = _device_capability(q.device)
     width = indices.shape[-1]
     num_reqs = num_tokens // num_queries
     if num_reqs == 0:

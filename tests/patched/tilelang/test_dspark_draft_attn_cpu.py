@@ -533,7 +533,7 @@ def test_wrapper_keeps_page_and_scratch_views_while_they_are_valid(kernel_module
     monkeypatch.setattr(kernel_module, "_PAGE_VIEWS", {})
     pool = torch.zeros(3, page, dtype=torch.uint8)
     first = kernel_module._cached_page_views(pool, page)
-    assert all(a is b for a, b in zip(kernel_module._cached_page_views(pool, page), first))
+    assert all(a is b for a, b in zip(kernel_module._cached_page_views(pool, page), first, strict=True))
     assert first[0].data_ptr() == pool.data_ptr() and first[0].shape == (3, page)
     with pytest.raises(ValueError, match="page stride"):  # still validated on a miss
         kernel_module._cached_page_views(pool, page - 64)
@@ -553,7 +553,7 @@ def test_wrapper_keeps_page_and_scratch_views_while_they_are_valid(kernel_module
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # CPU torch
     cpu = torch.device("cpu")
     small = kernel_module._split_scratch(cpu, 3, 64)
-    assert all(a is b for a, b in zip(kernel_module._split_scratch(cpu, 3, 64), small))
+    assert all(a is b for a, b in zip(kernel_module._split_scratch(cpu, 3, 64), small, strict=True))
     old = kernel_module._SPLIT_SCRATCH[cpu][0]
     grown = kernel_module._split_scratch(cpu, 6, 64)  # more than the 4 x 64 rows allocated
     new = kernel_module._SPLIT_SCRATCH[cpu][0]

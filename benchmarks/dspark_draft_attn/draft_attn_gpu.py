@@ -301,14 +301,6 @@ def kernel_tensors(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> dict[str,
 # beside them) against the previous SM90 default
 # (8, 64, 256, 1, 1, 64: 8 heads x all 5 queries padded to one wgmma tile), the best
 # mma.sync shape of the 2026-12-03 sweep and the SM12x default (4, 32, 128, 1).
-# split tiles (R <= 8): swept with merge_prefetch, then with partial_staged too
-_SPLIT_BASES = (
-    dc.TileConfig(4, 32, 256, 1, 1, 64, False, 0, 6, True),
-    dc.TileConfig(4, 64, 256, 1, 1, 64, False, 0, 3, True),
-    # 16 heads x 1 query a CTA (16 rows: one warp a warpgroup stores the partial state)
-    dc.TileConfig(16, 32, 256, 1, 1, 64, False, 1, 6, True),
-    dc.TileConfig(16, 64, 256, 1, 1, 64, False, 1, 3, True),
-)
 SWEEP_CONFIGS = tuple(
     dc.TileConfig(*c)
     for c in (
@@ -359,7 +351,13 @@ SWEEP_CONFIGS = tuple(
     # a split CTA's tile copied with 16-byte cp.async after all its slot reads (no CTA barrier
     # between copies): each 0.4-1.1 us faster alone at R = 1, neither with the prefetch.
     replace(base, merge_prefetch=True)
-    for base in _SPLIT_BASES
+    for base in (
+        dc.TileConfig(4, 32, 256, 1, 1, 64, False, 0, 6, True),
+        dc.TileConfig(4, 64, 256, 1, 1, 64, False, 0, 3, True),
+        # 16 heads x 1 query a CTA (16 rows: one warp a warpgroup stores the partial state)
+        dc.TileConfig(16, 32, 256, 1, 1, 64, False, 1, 6, True),
+        dc.TileConfig(16, 64, 256, 1, 1, 64, False, 1, 3, True),
+    )
 ) + (
     # wide head groups, as many queries as fill the 64-row wgmma tile (_fill_wgmma_rows:
     # the unsplit default at 64 and 32 heads since run 32; 16 x 4 against 8 x 5 no faster)
@@ -375,12 +373,7 @@ SWEEP_CONFIGS = tuple(
     dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True, resident=True, passes=3),
     dc.TileConfig(16, 64, 256, 1, 1, 64, False, 4, 1, True, resident=True),
     dc.TileConfig(8, 64, 256, 1, 1, 64, False, 0, 1, True, resident=True),
-) + tuple(
-    # the split tiles' partial output staged through shared memory and stored as 16-byte
-    # vectors by every thread (split_tiles sets it where it fits), and the 8-head split tile
-    replace(base, merge_prefetch=True, partial_staged=True)
-    for base in (*_SPLIT_BASES, dc.TileConfig(8, 64, 256, 1, 1, 64, False, 0, 3, True))
-) + (dc.TileConfig(8, 64, 256, 1, 1, 64, False, 0, 3, True, merge_prefetch=True),)
+)
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass
 # of per-element factors (25 us: the factor chain serialises the unrolled rows' L2 reads).

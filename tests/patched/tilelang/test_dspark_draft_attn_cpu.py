@@ -219,10 +219,8 @@ def test_compile_keys(kernel_module):
     assert not any(k.resident for k in owner.get_warmup_keys(**kw, capability=(12, 0)))
     assert [(k.heads_per_cta, k.block_kv, k.kv_splits) for k in split] == [(4, 32, 6), (4, 64, 3), (8, 64, 3)]
     # every split key with the merge's prefetch (the L2 merge's partial outputs copied in first)
-    # and its partial output staged for 16-byte stores
-    assert split[-1] == dataclasses.replace(k90, kv_splits=3, merge_prefetch=True, partial_staged=True)
-    assert all(k.merge_prefetch and k.partial_staged for k in split)
-    assert not k90.merge_prefetch and not k90.partial_staged
+    assert split[-1] == dataclasses.replace(k90, kv_splits=3, merge_prefetch=True)
+    assert all(k.merge_prefetch for k in split) and not k90.merge_prefetch
     assert k90.kv_splits == 1
     (k120,) = owner.get_warmup_keys(**kw, capability=(12, 0))  # SM12x never splits
     assert k120.kv_splits == 1
@@ -263,8 +261,7 @@ def test_compile_keys(kernel_module):
 
 
 def test_compile_key_carries_the_kernel_variants(kernel_module):
-    """global_slots (the gathers), dsmem_merge, merge_prefetch and partial_staged (the split's
-    merge) change the
+    """global_slots (the gathers), dsmem_merge and merge_prefetch (the split's merge) change the
     generated code, so they must reach the key (and the launch arguments); a key without one
     would serve one variant's cached kernel for the other."""
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
@@ -272,7 +269,7 @@ def test_compile_key_carries_the_kernel_variants(kernel_module):
               scale=512**-0.5, capability=(9, 0))
     default = owner.dispatch(**kw)
     tile = dc.select_tile_config(16, 5, (9, 0))
-    for field in ("global_slots", "dsmem_merge", "merge_prefetch", "partial_staged"):
+    for field in ("global_slots", "dsmem_merge", "merge_prefetch"):
         flip = {field: not getattr(tile, field)}
         flipped = owner.dispatch(**kw, tile=dataclasses.replace(tile, **flip))
         assert flipped == dataclasses.replace(default, **flip) and flipped != default
@@ -284,7 +281,6 @@ def test_compile_key_carries_the_kernel_variants(kernel_module):
     for key in (default, four):
         _, args = type(owner).__call__.__wrapped__(owner, **tensors, compile_key=key)
         assert args[-1] == key.queries_per_cta and args[16] == key.heads_per_cta
-        assert args[-2] is key.partial_staged and args[-3] is key.merge_prefetch
 
 
 def test_dsmem_merge_fits_n5_not_n7():
@@ -320,8 +316,9 @@ def test_merge_prefetch_where_its_copies_fit():
         return {(t.heads_per_cta, t.block_kv): t.merge_prefetch for t in dc.split_tiles(cfg, 192, (9, 0), n)}
 
     assert prefetching(5) == prefetching(7) == {(4, 32): True, (4, 64): True, (8, 64): True}
-    last = dc.split_tiles(dc.select_tile_config(64, 7, (9, 0)), 192, (9, 0), 7)[-1]
-    assert dc._tile_smem_bytes(7, dataclasses.replace(last, partial_staged=False)) == dc.smem_bytes(7, 8, 64, 1, 64)
+    assert dc._tile_smem_bytes(7, dc.split_tiles(dc.select_tile_config(64, 7, (9, 0)), 192, (9, 0), 7)[-1]) == (
+        dc.smem_bytes(7, 8, 64, 1, 64)
+    )
     sm90 = dc.select_tile_config(64, 5, (9, 0))
     assert not sm90.merge_prefetch and dc.tile_rule_violations(dataclasses.replace(sm90, merge_prefetch=True), 5)
     # 64 rows over 8 splits: 8-row slices, 128 KB of copies, more than the loop's buffers
@@ -331,35 +328,6 @@ def test_merge_prefetch_where_its_copies_fit():
     assert dc._tile_smem_bytes(4, wide) == 4 * 8 * 8 * 512 + 4 * 256 + 4096 > dc.smem_bytes(4, 16, 32, 1, 64)
     both = dataclasses.replace(sm90, heads_per_cta=4, kv_splits=3, merge_prefetch=True, dsmem_merge=True)
     assert dc.tile_rule_violations(both, 5)
-
-
-def test_partial_staged_on_every_split_tile_within_shared_memory():
-    """Split tiles stage their partial output in shared memory for 16-byte stores
-    (partial_staged): its fp32 rows, padded by 8 floats, go after Q's space, the index row and
-    the lengths (the sm_90a codegen's layout), which is more than the 32-token tile's loop
-    buffers and, at 8 heads x 7 queries (64 rows), more than the 64-token tile's, yet within
-    SM90's shared memory. Unsplit launches and the dsmem merge have no partial output to stage."""
-    for n in (5, 7):
-        cfg = dc.select_tile_config(64, n, (9, 0))
-        tiles = dc.split_tiles(cfg, 192, (9, 0), n)
-        assert tiles and all(t.partial_staged and t.merge_prefetch for t in tiles)
-        for t in tiles:
-            rows = n * t.heads_per_cta
-            live_pad = -(-rows // 16) * 16
-            staged = 2 * 64 * 512 + 4 * 256 + 4 * live_pad * 520
-            unstaged = dc._tile_smem_bytes(n, dataclasses.replace(t, partial_staged=False))
-            assert dc._tile_smem_bytes(n, t) == max(staged, unstaged) <= dc.SM90_SMEM_BYTES
-    short = dc.split_tiles(dc.select_tile_config(64, 5, (9, 0)), 192, (9, 0), 5)[0]
-    assert (short.heads_per_cta, short.block_kv) == (4, 32)
-    assert dc._tile_smem_bytes(5, short) > dc._tile_smem_bytes(5, dataclasses.replace(short, partial_staged=False))
-    unsplit = dc.select_tile_config(64, 5, (9, 0))
-    assert dc.tile_rule_violations(dataclasses.replace(unsplit, partial_staged=True), 5)
-    both = dataclasses.replace(short, merge_prefetch=False, dsmem_merge=True)
-    assert dc.tile_rule_violations(both, 5) and not dc.tile_rule_violations(
-        dataclasses.replace(both, partial_staged=False), 5
-    )
-    # SM12x never splits, so never stages
-    assert not dc.split_tiles(dc.select_tile_config(64, 5, (12, 0)), 192, (12, 0), 5)
 
 
 def test_timeline_stamps_edit_the_current_kernel():

@@ -118,10 +118,6 @@ class TileConfig:
     # reads overlap (H200 run 29: R = 1 0.8-1.3 us faster; split_tiles sets
     # it where it fits)
     merge_prefetch: bool = False
-    # plain kernel, split launches, L2 merge: the partial output goes to the
-    # scratch through the loop's dead shared memory as 16-byte vectors from
-    # every warp, instead of each live warp's 8-byte accumulator pairs
-    partial_staged: bool = False
     # KV-resident kernel (dspark_draft_attn_resident_tilelang, SM90, large
     # batches): a CTA dequantises its request's live slots once into
     # resident_tiles bf16 tiles of block_kv rows and a tail of tail_kv, and
@@ -216,10 +212,6 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append("merge_prefetch copies whole merge slices of the L2 scratch")
     if cfg.merge_prefetch and _tile_smem_bytes(num_queries, cfg) > SM90_SMEM_BYTES:
         bad.append(f"merge_prefetch needs {_tile_smem_bytes(num_queries, cfg)} B")
-    if cfg.partial_staged and (cfg.kv_splits == 1 or cfg.dsmem_merge):
-        bad.append("partial_staged stages a split's partial output for the L2 merge")
-    if cfg.partial_staged and _tile_smem_bytes(num_queries, cfg) > SM90_SMEM_BYTES:
-        bad.append(f"partial_staged needs {_tile_smem_bytes(num_queries, cfg)} B")
     if cfg.dsmem_merge and cta_queries(num_queries, cfg) < num_queries:
         bad.append("dsmem_merge takes all of a request's queries a CTA")
     merge_bytes = dsmem_merge_smem_bytes(num_queries, cfg)
@@ -282,9 +274,7 @@ def _resident_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append(f"{rows} rows > {WGMMA_ROWS} (one wgmma row tile a pass)")
     if cfg.block_kv % 16 or cfg.tail_kv % 16 or cfg.tail_kv < 16:
         bad.append("block_kv and tail_kv: 2 warpgroups x a multiple of 8, tail >= 16")
-    if cfg.kv_splits != 1 or any(
-        (cfg.merge_prefetch, cfg.dsmem_merge, cfg.partial_staged)
-    ):
+    if cfg.kv_splits != 1 or cfg.merge_prefetch or cfg.dsmem_merge:
         bad.append("the KV-resident kernel does not split KV")
     if cfg.passes < 0 or cfg.resident_tiles < 1:
         bad.append("passes >= 0 and resident_tiles >= 1")
@@ -313,22 +303,13 @@ def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
         cfg.num_stages,
         cfg.row_tile,
     )
-    # Both epilogue buffers go in the loop's dead buffers (sm_90a codegen).
-    if cfg.merge_prefetch:
-        # every split's fp32 rows of the CTA's merge slice (the total stays
-        # the loop's 182 KB for every split tile at N = 5 and 7)
-        prefetch = 4 * cfg.kv_splits * _merge_slice_rows(num_queries, cfg) * HEAD_DIM
-        loop = max(loop, prefetch + 4 * 256 + 4096)
-    if cfg.partial_staged:
-        # the live rows' fp32 partial output, rows padded by 8 floats, after
-        # Q's space, the index row and the lengths (133,120 B at 4 heads x 5
-        # queries: more than that tile's 125,952 B loop)
-        queries = cta_queries(num_queries, cfg)
-        m_pad = padded_rows(queries, cfg.heads_per_cta, cfg.row_tile)
-        live_pad = -(-queries * cfg.heads_per_cta // 16) * 16
-        staged = 2 * m_pad * HEAD_DIM + 4 * 256 + 4 * live_pad * (HEAD_DIM + 8)
-        loop = max(loop, staged)
-    return loop
+    if not cfg.merge_prefetch:
+        return loop
+    # every split's fp32 rows of the CTA's merge slice; TileLang places them
+    # in the loop's buffers, dead by then (sm_90a codegen: the total stays
+    # the loop's 182 KB for every split tile at N = 5 and 7)
+    prefetch = 4 * cfg.kv_splits * _merge_slice_rows(num_queries, cfg) * HEAD_DIM
+    return max(loop, prefetch + 4 * 256 + 4096)
 
 
 def warp_specialized_config(
@@ -466,7 +447,6 @@ def resident_tile(
         kv_splits=1,
         merge_prefetch=False,
         dsmem_merge=False,
-        partial_staged=False,
         resident=True,
         passes=passes,
         resident_tiles=2,
@@ -501,9 +481,8 @@ def split_tiles(
     cfg: TileConfig, width: int, capability: tuple[int, int], num_queries: int
 ) -> list[TileConfig]:
     """The split tiles a launch of this shape may take, in SPLIT_TILES order
-    (never more heads a CTA than cfg's), each with merge_prefetch and
-    partial_staged where its rules allow them; [] where launches never split
-    (split_kv_splits)."""
+    (never more heads a CTA than cfg's), each with merge_prefetch where its
+    rules allow it; [] where launches never split (split_kv_splits)."""
     if split_kv_splits(cfg, width, capability) == 1:
         return []
     tiles: list[TileConfig] = []
@@ -515,12 +494,9 @@ def split_tiles(
             block_kv=block_kv,
         )
         tile = replace(tile, kv_splits=split_kv_splits(tile, width, capability))
-        for option in ("merge_prefetch", "partial_staged"):
-            with_option = replace(tile, **{option: True})
-            if tile.kv_splits > 1 and not tile_rule_violations(
-                with_option, num_queries
-            ):
-                tile = with_option
+        prefetch = replace(tile, merge_prefetch=True)
+        if tile.kv_splits > 1 and not tile_rule_violations(prefetch, num_queries):
+            tile = prefetch
         if tile.kv_splits > 1 and tile not in tiles:
             tiles.append(tile)
     # Not the wide unsplit tile (_fill_wgmma_rows) over a cluster: 64 heads x

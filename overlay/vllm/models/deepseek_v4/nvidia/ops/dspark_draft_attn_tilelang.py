@@ -99,7 +99,6 @@ def dspark_draft_attn_tilelang(
     global_slots: bool = False,
     dsmem_merge: bool = False,
     merge_prefetch: bool = False,
-    partial_staged: bool = False,
     queries_per_cta: int = 0,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
@@ -120,9 +119,6 @@ def dspark_draft_attn_tilelang(
     merge_prefetch (the L2 merge): the CTA's rows of every split's partial
     output are copied into shared memory (cp.async) before the factor pass,
     so their L2 trip overlaps the one for the maxima and sums.
-    partial_staged (the L2 merge): the partial output is staged in shared
-    memory and stored as 16-byte vectors by every thread, not as the live
-    warps' 8-byte accumulator pairs.
     queries_per_cta (0 = all N): a CTA takes that many consecutive queries
     of its head group, so 64 heads x 1 query fill a 64-row wgmma tile that
     8 heads x 5 queries fill to 40 rows (fewer CTAs for the same work).
@@ -450,21 +446,9 @@ def dspark_draft_attn_tilelang(
             # live_pad rows: whole warps skip their stores (H200 run 24, R = 1:
             # 14.7 -> 13.4 us); a per-row guard (m < rows) split warps and
             # measured ~3 us slower (runs 14-15)
-            if partial_staged:
-                # the loop's buffers are dead: TileLang lays part_s over them.
-                # Rows padded by 8 floats: a warp's accumulator pairs cover 8
-                # rows, which a 512-float stride puts on the same 8 banks.
-                part_s = T.alloc_shared([live_pad, HEAD_DIM + 8], T.float32)
-                for m, d in T.Parallel(m_pad, HEAD_DIM):
-                    if m < live_pad:
-                        part_s[m, d] = acc_o[m, d]
-                T.sync_threads()
-                for m, d in T.Parallel(live_pad, HEAD_DIM):
-                    part_o[part + split, m, d] = part_s[m, d]
-            else:
-                for m, d in T.Parallel(m_pad, HEAD_DIM):
-                    if m < live_pad:
-                        part_o[part + split, m, d] = acc_o[m, d]
+            for m, d in T.Parallel(m_pad, HEAD_DIM):
+                if m < live_pad:
+                    part_o[part + split, m, d] = acc_o[m, d]
             for m in T.Parallel(m_pad):
                 part_ml[part + split, 0, m] = m_i[m]
                 part_ml[part + split, 1, m] = l_i[m]
@@ -1159,7 +1143,6 @@ class DSparkDraftAttnTileLangKernel(
         global_slots: bool
         dsmem_merge: bool
         merge_prefetch: bool
-        partial_staged: bool
         resident: bool
         passes: int
         resident_tiles: int
@@ -1212,7 +1195,6 @@ class DSparkDraftAttnTileLangKernel(
             global_slots=cfg.global_slots,
             dsmem_merge=cfg.dsmem_merge,
             merge_prefetch=cfg.merge_prefetch,
-            partial_staged=cfg.partial_staged,
             resident=cfg.resident,
             passes=cfg.passes,
             resident_tiles=cfg.resident_tiles,
@@ -1381,7 +1363,6 @@ class DSparkDraftAttnTileLangKernel(
             key.global_slots,
             key.dsmem_merge,
             key.merge_prefetch,
-            key.partial_staged,
             key.queries_per_cta,
         )
 

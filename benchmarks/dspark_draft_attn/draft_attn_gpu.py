@@ -373,20 +373,6 @@ SWEEP_CONFIGS = tuple(
     dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True, resident=True, passes=3),
     dc.TileConfig(16, 64, 256, 1, 1, 64, False, 4, 1, True, resident=True),
     dc.TileConfig(8, 64, 256, 1, 1, 64, False, 0, 1, True, resident=True),
-) + tuple(
-    # Run 46: a split's partial output normalised and stored as fp16 (partial_fp16: half the
-    # bytes through L2 both ways), and 5 splits of 32-token tiles instead of 6 (a DSV4 row has
-    # 128 + N live slots, 5 tiles, so the sixth CTA of a width-192 cluster gathers nothing and
-    # only stores an empty partial state); the R = 1 default without either is index 27
-    replace(dc.TileConfig(*c, merge_prefetch=True), partial_fp16=half)
-    for c, half in (
-        ((4, 32, 256, 1, 1, 64, False, 0, 6, True), True),
-        ((4, 32, 256, 1, 1, 64, False, 0, 5, True), False),
-        ((4, 32, 256, 1, 1, 64, False, 0, 5, True), True),
-        ((16, 32, 256, 1, 1, 64, False, 1, 5, True), False),
-        ((16, 32, 256, 1, 1, 64, False, 1, 5, True), True),
-        ((4, 64, 256, 1, 1, 64, False, 0, 3, True), True),
-    )
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass

@@ -273,19 +273,14 @@ def test_compile_key_carries_the_kernel_variants(kernel_module):
         flip = {field: not getattr(tile, field)}
         flipped = owner.dispatch(**kw, tile=dataclasses.replace(tile, **flip))
         assert flipped == dataclasses.replace(default, **flip) and flipped != default
-    # fp16 partial outputs: a split launch's variant only (an unsplit kernel has no partials)
-    split = dataclasses.replace(tile, kv_splits=6, block_kv=32, heads_per_cta=4)
-    half = owner.dispatch(**kw, tile=dataclasses.replace(split, partial_fp16=True))
-    assert half.partial_fp16 and half == dataclasses.replace(owner.dispatch(**kw, tile=split), partial_fp16=True)
-    assert not owner.dispatch(**kw, tile=dataclasses.replace(tile, partial_fp16=True)).partial_fp16
-    # the query grouping too (and both reach the plain kernel's launch arguments, last)
+    # the query grouping too (and it reaches the plain kernel's launch arguments, last)
     four = owner.dispatch(**kw, tile=dataclasses.replace(tile, heads_per_cta=16, queries_per_cta=4))
     assert (four.queries_per_cta, default.queries_per_cta) == (4, 5)
     tensors = {name: None for name in ("q", "kv_fp8", "kv_i64", "kv_bf16", "indices", "lens", "attn_sink", "out",
                                        "part_o", "part_ml")}
-    for key in (default, four, half):
+    for key in (default, four):
         _, args = type(owner).__call__.__wrapped__(owner, **tensors, compile_key=key)
-        assert args[-2:] == (key.queries_per_cta, key.partial_fp16) and args[16] == key.heads_per_cta
+        assert args[-1] == key.queries_per_cta and args[16] == key.heads_per_cta
 
 
 def test_dsmem_merge_fits_n5_not_n7():
@@ -567,11 +562,6 @@ def test_wrapper_keeps_page_and_scratch_views_while_they_are_valid(kernel_module
     assert all(entry[0] is new for entry in kernel_module._SCRATCH_VIEWS.values())
     again = kernel_module._split_scratch(cpu, 3, 64)
     assert again[0].data_ptr() == new.data_ptr() and again[0] is not small[0]
-    # partial_fp16: the same bytes as fp16 partial outputs, a view of its own
-    half = kernel_module._split_scratch(cpu, 3, 64, True)
-    assert half[0].dtype == torch.float16 and half[0].shape == (3, 64, 512) and half[1].dtype == torch.float32
-    assert half[0].data_ptr() == new.data_ptr() and kernel_module._SPLIT_SCRATCH[cpu][0] is new
-    assert kernel_module._split_scratch(cpu, 3, 64)[0].dtype == torch.float32
 
 
 def test_wrapper_chooses_a_batch_shape_s_tile_and_key_once(kernel_module, monkeypatch):

@@ -118,12 +118,6 @@ class TileConfig:
     # reads overlap (H200 run 29: R = 1 0.8-1.3 us faster; split_tiles sets
     # it where it fits)
     merge_prefetch: bool = False
-    # plain kernel, split launches, L2 merge: each split stores its partial
-    # output normalised (O / l, a convex combination of V rows) as fp16, not
-    # unnormalised fp32: half the bytes through L2 both ways. Exact to fp16's
-    # 11 bits; V magnitudes above fp16's 65,504 would overflow (DSV4's
-    # quantised KV is post-norm, far below). Off: an experiment (see README).
-    partial_fp16: bool = False
     # KV-resident kernel (dspark_draft_attn_resident_tilelang, SM90, large
     # batches): a CTA dequantises its request's live slots once into
     # resident_tiles bf16 tiles of block_kv rows and a tail of tail_kv, and
@@ -218,8 +212,6 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append("merge_prefetch copies whole merge slices of the L2 scratch")
     if cfg.merge_prefetch and _tile_smem_bytes(num_queries, cfg) > SM90_SMEM_BYTES:
         bad.append(f"merge_prefetch needs {_tile_smem_bytes(num_queries, cfg)} B")
-    if cfg.partial_fp16 and (cfg.kv_splits == 1 or cfg.dsmem_merge):
-        bad.append("partial_fp16 is the L2 merge's partial output")
     if cfg.dsmem_merge and cta_queries(num_queries, cfg) < num_queries:
         bad.append("dsmem_merge takes all of a request's queries a CTA")
     merge_bytes = dsmem_merge_smem_bytes(num_queries, cfg)

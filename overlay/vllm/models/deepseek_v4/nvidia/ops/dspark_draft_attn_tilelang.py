@@ -100,7 +100,6 @@ def dspark_draft_attn_tilelang(
     dsmem_merge: bool = False,
     merge_prefetch: bool = False,
     queries_per_cta: int = 0,
-    partial_fp16: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V.
 
@@ -123,8 +122,6 @@ def dspark_draft_attn_tilelang(
     queries_per_cta (0 = all N): a CTA takes that many consecutive queries
     of its head group, so 64 heads x 1 query fill a 64-row wgmma tile that
     8 heads x 5 queries fill to 40 rows (fewer CTAs for the same work).
-    partial_fp16 (the L2 merge): a split stores O_s / l_s as fp16 and the
-    merge weighs it by l_s 2^(m_s - M) instead (half the partial bytes).
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
@@ -136,8 +133,6 @@ def dspark_draft_attn_tilelang(
     rows = qpc * heads_per_cta
     m_pad = padded_rows(qpc, heads_per_cta, row_tile)
     assert not (dsmem_merge and q_groups > 1), "dsmem_merge takes all queries"
-    assert not (partial_fp16 and (dsmem_merge or kv_splits == 1))
-    part_dtype = T.float16 if partial_fp16 else T.float32
     # rows of the merge each CTA of a cluster writes
     merge_rows = -(-rows // kv_splits)
     if merge_prefetch:
@@ -162,7 +157,7 @@ def dspark_draft_attn_tilelang(
     lens: T.Tensor[[num_reqs, num_queries], T.int32]  # type: ignore[no-redef,valid-type]
     attn_sink: T.Tensor[[num_heads], T.float32]  # type: ignore[no-redef,valid-type]
     out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
-    part_o: T.Tensor[[num_parts, m_pad, HEAD_DIM], part_dtype]  # type: ignore[no-redef,valid-type]
+    part_o: T.Tensor[[num_parts, m_pad, HEAD_DIM], T.float32]  # type: ignore[no-redef,valid-type]
     part_ml: T.Tensor[[num_parts, 2, m_pad], T.float32]  # type: ignore[no-redef,valid-type]
 
     # Head groups of one request are adjacent in launch order, so the request's
@@ -451,19 +446,9 @@ def dspark_draft_attn_tilelang(
             # live_pad rows: whole warps skip their stores (H200 run 24, R = 1:
             # 14.7 -> 13.4 us); a per-row guard (m < rows) split warps and
             # measured ~3 us slower (runs 14-15)
-            if partial_fp16:
-                # normalised, so |O_s / l_s| <= max |V| fits fp16's range
-                for m in T.Parallel(m_pad):
-                    alpha[m] = T.if_then_else(l_i[m] > 0, 1.0 / l_i[m], 0.0)
-                for m, d in T.Parallel(m_pad, HEAD_DIM):
-                    if m < live_pad:
-                        part_o[part + split, m, d] = T.cast(
-                            acc_o[m, d] * alpha[m], T.float16
-                        )
-            else:
-                for m, d in T.Parallel(m_pad, HEAD_DIM):
-                    if m < live_pad:
-                        part_o[part + split, m, d] = acc_o[m, d]
+            for m, d in T.Parallel(m_pad, HEAD_DIM):
+                if m < live_pad:
+                    part_o[part + split, m, d] = acc_o[m, d]
             for m in T.Parallel(m_pad):
                 part_ml[part + split, 0, m] = m_i[m]
                 part_ml[part + split, 1, m] = l_i[m]
@@ -471,14 +456,14 @@ def dspark_draft_attn_tilelang(
             T.cluster_sync()
             row_fac = T.alloc_shared([merge_rows, kv_splits], T.float32)
             recv_o = (
-                T.alloc_shared([kv_splits, merge_rows, HEAD_DIM], part_dtype)
+                T.alloc_shared([kv_splits, merge_rows, HEAD_DIM], T.float32)
                 if merge_prefetch
                 else None
             )
             _merge_splits(
                 part_o, part_ml, attn_sink, len_s, out, row_fac, recv_o, rid,
                 gid, q0, split, part, heads_per_cta, rows, live_rows, merge_rows,
-                kv_splits, scale_log2, partial_fp16,
+                kv_splits, scale_log2,
             )  # fmt: skip
 
 
@@ -520,23 +505,17 @@ def _sum_over_splits(part_ml, part, m, top, kv_splits, scale_log2):
     return total
 
 
-def _as_f32(value, half):
-    """An fp16 partial's value as fp32 (fp32 ones as they are, so the fp32
-    path's code stays what it was)."""
-    return T.cast(value, T.float32) if half else value
-
-
-def _weighted_sum(part_o, row_fac, part, m, i, d, kv_splits, half):
-    total = _as_f32(part_o[part, m, d], half) * row_fac[i, 0]
+def _weighted_sum(part_o, row_fac, part, m, i, d, kv_splits):
+    total = part_o[part, m, d] * row_fac[i, 0]
     for s in range(1, kv_splits):
-        total += _as_f32(part_o[part + s, m, d], half) * row_fac[i, s]
+        total += part_o[part + s, m, d] * row_fac[i, s]
     return total
 
 
-def _weighted_sum_prefetched(recv_o, row_fac, i, d, kv_splits, half):
-    total = _as_f32(recv_o[0, i, d], half) * row_fac[i, 0]
+def _weighted_sum_prefetched(recv_o, row_fac, i, d, kv_splits):
+    total = recv_o[0, i, d] * row_fac[i, 0]
     for s in range(1, kv_splits):
-        total += _as_f32(recv_o[s, i, d], half) * row_fac[i, s]
+        total += recv_o[s, i, d] * row_fac[i, s]
     return total
 
 
@@ -555,7 +534,6 @@ def _sink_norm(attn_sink, live, h, top, l_sum, scale_log2):
 def _merge_splits(
     part_o, part_ml, attn_sink, len_s, out, row_fac, recv_o, rid, gid, q0, split,
     part, heads_per_cta, rows, live_rows, merge_rows, kv_splits, scale_log2,
-    half,
 ):  # fmt: skip
     """Rows split * merge_rows ... of the cluster's output from the
     kv_splits partial states: rescale each to the common max, fold the sink
@@ -563,8 +541,7 @@ def _merge_splits(
     computes the row's factors from part_ml, then every thread weighs part_o
     with them (one barrier; all per element was slower, H200 run 23).
     recv_o (merge_prefetch): part_o's rows copied into it first, in flight
-    during the factor pass. half (partial_fp16): part_o holds O_s / l_s, so
-    each split's factor also carries its l_s."""
+    during the factor pass."""
     r0 = split * merge_rows
     if recv_o is not None:
         T.async_copy(part_o[part : part + kv_splits, r0 : r0 + merge_rows, :], recv_o)
@@ -575,16 +552,7 @@ def _merge_splits(
         h = gid * heads_per_cta + m % heads_per_cta
         norm = _sink_norm(attn_sink, len_s[m] > 0, h, top, l_sum, scale_log2)
         for s in range(kv_splits):
-            if half:
-                row_fac[i, s] = (
-                    T.exp2((part_ml[part + s, 0, m] - top) * scale_log2)
-                    * norm
-                    * part_ml[part + s, 1, m]
-                )
-            else:
-                row_fac[i, s] = (
-                    T.exp2((part_ml[part + s, 0, m] - top) * scale_log2) * norm
-                )
+            row_fac[i, s] = T.exp2((part_ml[part + s, 0, m] - top) * scale_log2) * norm
     if recv_o is not None:
         T.ptx_wait_group(0)
         T.sync_threads()
@@ -596,7 +564,7 @@ def _merge_splits(
                     gid * heads_per_cta + (r0 + i) % heads_per_cta,
                     d,
                 ] = T.cast(
-                    _weighted_sum_prefetched(recv_o, row_fac, i, d, kv_splits, half),
+                    _weighted_sum_prefetched(recv_o, row_fac, i, d, kv_splits),
                     T.bfloat16,
                 )
     else:
@@ -608,7 +576,7 @@ def _merge_splits(
                     gid * heads_per_cta + (r0 + i) % heads_per_cta,
                     d,
                 ] = T.cast(
-                    _weighted_sum(part_o, row_fac, part, r0 + i, i, d, kv_splits, half),
+                    _weighted_sum(part_o, row_fac, part, r0 + i, i, d, kv_splits),
                     T.bfloat16,
                 )
 
@@ -1175,7 +1143,6 @@ class DSparkDraftAttnTileLangKernel(
         global_slots: bool
         dsmem_merge: bool
         merge_prefetch: bool
-        partial_fp16: bool
         resident: bool
         passes: int
         resident_tiles: int
@@ -1228,7 +1195,6 @@ class DSparkDraftAttnTileLangKernel(
             global_slots=cfg.global_slots,
             dsmem_merge=cfg.dsmem_merge,
             merge_prefetch=cfg.merge_prefetch,
-            partial_fp16=cfg.partial_fp16 and cfg.kv_splits > 1,
             resident=cfg.resident,
             passes=cfg.passes,
             resident_tiles=cfg.resident_tiles,
@@ -1289,12 +1255,7 @@ class DSparkDraftAttnTileLangKernel(
             out=make_tilelang_warmup_tensor(
                 torch.bfloat16, 1, key.num_queries, key.num_heads, HEAD_DIM
             ),
-            part_o=make_tilelang_warmup_tensor(
-                torch.float16 if key.partial_fp16 else torch.float32,
-                1,
-                m_pad,
-                HEAD_DIM,
-            ),
+            part_o=make_tilelang_warmup_tensor(torch.float32, 1, m_pad, HEAD_DIM),
             part_ml=make_tilelang_warmup_tensor(torch.float32, 1, 2, m_pad),
             compile_key=key,
         )
@@ -1403,7 +1364,6 @@ class DSparkDraftAttnTileLangKernel(
             key.dsmem_merge,
             key.merge_prefetch,
             key.queries_per_cta,
-            key.partial_fp16,
         )
 
 
@@ -1444,10 +1404,7 @@ def _launch_plan(
     sm_count: int,
     tile: TileConfig | None,
 ) -> tuple[
-    TileConfig,
-    TileConfig,
-    DSparkDraftAttnTileLangKernel.CompileKey,
-    tuple[int, int, bool],
+    TileConfig, TileConfig, DSparkDraftAttnTileLangKernel.CompileKey, tuple[int, int]
 ]:
     """(the launch's tile, the unsplit tile, the launch's compile key, its
     scratch shape: _split_scratch's parts and rows), memoised: choosing them is
@@ -1550,11 +1507,10 @@ def _unsplit_placeholder(
 
 
 def _split_scratch(
-    device: torch.device, parts: int, m_pad: int, half: bool = False
+    device: torch.device, parts: int, m_pad: int
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """part_o [parts, m_pad, 512] (fp32, or fp16 for partial_fp16: the same
-    buffer's bytes) and part_ml [parts, 2, m_pad] views of the device's
-    scratch, allocated on the first split launch (vLLM's eager
+    """part_o [parts, m_pad, 512] and part_ml [parts, 2, m_pad] views of the
+    device's scratch, allocated on the first split launch (vLLM's eager
     warm-up runs before any capture); None when it would have to grow inside
     a graph capture. An unsplit launch never touches it: parts == 1 gets a
     one-part placeholder, so archs and batches that never split (SM12x, large
@@ -1563,7 +1519,7 @@ def _split_scratch(
     if parts == 1:
         return _unsplit_placeholder(device, m_pad)
     o, ml = _SPLIT_SCRATCH.get(device, (None, None))
-    hit = _SCRATCH_VIEWS.get((device, parts, m_pad, half))
+    hit = _SCRATCH_VIEWS.get((device, parts, m_pad))
     if hit is not None and hit[0] is o:
         return hit[1]
     if o is None or ml is None or o.numel() < parts * m_pad * HEAD_DIM:
@@ -1577,26 +1533,23 @@ def _split_scratch(
         # views of the old scratch would keep it alive
         for stale in [k for k in _SCRATCH_VIEWS if k[0] == device]:
             del _SCRATCH_VIEWS[stale]
-    part_o = o.view(torch.float16) if half else o
     views = (
-        part_o[: parts * m_pad * HEAD_DIM].view(parts, m_pad, HEAD_DIM),
+        o[: parts * m_pad * HEAD_DIM].view(parts, m_pad, HEAD_DIM),
         ml[: parts * 2 * m_pad].view(parts, 2, m_pad),
     )
-    _SCRATCH_VIEWS[(device, parts, m_pad, half)] = (o, views)
+    _SCRATCH_VIEWS[(device, parts, m_pad)] = (o, views)
     return views
 
 
 def scratch_shape(
     num_reqs: int, num_heads: int, num_queries: int, tile: TileConfig
-) -> tuple[int, int, bool]:
-    """(parts, rows a part, fp16 partial outputs) of a launch's scratch: its
-    CTAs for a split tile, else 1 (the placeholder)."""
+) -> tuple[int, int]:
+    """(parts, rows a part) of a launch's scratch: its CTAs for a split tile,
+    else 1 (the placeholder)."""
     parts = launch_ctas(tile, num_reqs, num_heads, num_queries)
-    split = tile.kv_splits > 1
     return (
-        parts if split else 1,
+        parts if tile.kv_splits > 1 else 1,
         padded_rows(cta_queries(num_queries, tile), tile.heads_per_cta, tile.row_tile),
-        split and tile.partial_fp16,
     )
 
 

@@ -80,6 +80,11 @@ def width_for(n: int) -> int:
     return -(-(WINDOW + n) // 64) * 64  # 192 for N <= 64
 
 
+def live_slots(n: int) -> int:
+    """The most live slots of a row (the draft layer passes the same): WINDOW + N."""
+    return dc.dspark_live_slots(WINDOW, n)
+
+
 @dataclass
 class Batch:
     pool: torch.Tensor  # [num_blocks, PAGE] uint8
@@ -262,6 +267,7 @@ def run_kernel(b: Batch, out: torch.Tensor, capability: tuple[int, int] | None =
         page_bytes=PAGE,
         capability=capability,
         tile=tile,
+        live_slots=live_slots(b.n),
     )
 
 
@@ -373,6 +379,12 @@ SWEEP_CONFIGS = tuple(
     dc.TileConfig(64, 64, 256, 1, 1, 64, False, 1, 1, True, resident=True, passes=3),
     dc.TileConfig(16, 64, 256, 1, 1, 64, False, 4, 1, True, resident=True),
     dc.TileConfig(8, 64, 256, 1, 1, 64, False, 0, 1, True, resident=True),
+) + tuple(
+    # 32-token tiles over 5 CTAs, one a live tile of DSV4's 128 + N slots (H100 run 46: 4 heads
+    # x N the same as over 6 or up to 4 % faster; 16 heads x 1 query 9.7 / 8.7 us at R = 1 x
+    # 64 / 16, the R = 1 default since, where over 6 its 20 clusters at 64 heads took 17.4)
+    replace(dc.TileConfig(*c), merge_prefetch=True)
+    for c in ((4, 32, 256, 1, 1, 64, False, 0, 5, True), (16, 32, 256, 1, 1, 64, False, 1, 5, True))
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass
@@ -431,7 +443,7 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
             for n in (5, 7):
                 cfg = dc.select_tile_config(h, n, cap)
                 # and the KV splits small batches pick (launch_tile)
-                keys += [compile_key(h, n, c) for c in (cfg, *dc.split_tiles(cfg, width_for(n), cap, n))]
+                keys += [compile_key(h, n, c) for c in (cfg, *dc.split_tiles(cfg, live_slots(n), cap, n, h))]
                 if dc.resident_kv(cfg, cap):  # the KV-resident tile large batches pick
                     keys.append(compile_key(h, n, dc.resident_tile(cfg, h, n)))
                 if n == 5 and (baseline := eight_head_baseline(cfg)) is not None:
@@ -447,7 +459,7 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
         for r, h in eager_sizes:
             cfg = dc.select_tile_config(h, 5, cap)
             sms = dk._sm_count(torch.device("cuda", 0))
-            keys.append(compile_key(h, 5, dc.launch_tile(cfg, r, h, width_for(5), sms, cap, 5)))
+            keys.append(compile_key(h, 5, dc.launch_tile(cfg, r, h, live_slots(5), sms, cap, 5)))
     if what in ("sweep", "all") and not quick:
         keys += [compile_key(h, 5, c) for h in (64, 16) for c in sweep_configs if h % c.heads_per_cta == 0]
     return compile_in_processes(_compile_key, list(dict.fromkeys(keys)), procs)
@@ -791,7 +803,7 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
             cap = torch.cuda.get_device_capability(0)
             cfg = dc.select_tile_config(h, 5, cap)
             sms = dk._sm_count(b.q.device)
-            launch = dc.launch_tile(cfg, r, h, b.width, sms, cap, b.n)
+            launch = dc.launch_tile(cfg, r, h, live_slots(b.n), sms, cap, b.n)
             row["kv_splits"], row["heads_per_cta"] = launch.kv_splits, launch.heads_per_cta
             row["block_kv"], row["queries_per_cta"] = launch.block_kv, dc.cta_queries(b.n, launch)
             row["resident"], row["passes"] = launch.resident, launch.passes
@@ -809,11 +821,12 @@ def benchmark(quick: bool = False, on_row=None, ws: bool = False) -> dict[str, A
                 row["tilelang_8heads_all_queries_graph_cold_1layer_us"] = cold_graph_us([narrow_fn])
             # the other split tiles whose CTAs fit the SMs, timed beside the rule's choice
             alts = {}
-            for t in dc.split_tiles(cfg, b.width, cap, b.n):
+            for t in dc.split_tiles(cfg, live_slots(b.n), cap, b.n, h):
                 if t != launch and dc.launch_ctas(t, r, h, b.n) <= sms:
                     alt_fn = lambda b=b, out=out, c=t: run_kernel(b, out, tile=c)  # noqa: E731
                     alt_fn()
-                    alts[f"{t.heads_per_cta}heads_{t.block_kv}kv_{t.kv_splits}splits"] = cold_graph_us([alt_fn])
+                    rows_of = f"{t.heads_per_cta}heads_{dc.cta_queries(b.n, t)}queries"
+                    alts[f"{rows_of}_{t.block_kv}kv_{t.kv_splits}splits"] = cold_graph_us([alt_fn])
             row["tilelang_split_alternatives_graph_cold_1layer_us"] = alts
             if row["kv_splits"] > 1:
                 # the same kernel unsplit (one CTA a head group), timed in the same run
@@ -909,7 +922,7 @@ def resident_rule(sizes, on_row=None) -> dict[str, Any]:
         b = plain_batch(r, h, 4000 + r + h)
         ref = reference(b)
         sms = dk._sm_count(b.q.device)
-        pick = dc.launch_tile(cfg, r, h, b.width, sms, cap, b.n)
+        pick = dc.launch_tile(cfg, r, h, live_slots(b.n), sms, cap, b.n)
         row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), sm_count=sms,
                                    rule_picks_resident=pick.resident)
         for name, tile in (("streaming", replace(cfg, kv_splits=1)), ("resident", dc.resident_tile(cfg, h, b.n))):
@@ -930,11 +943,62 @@ def resident_rule(sizes, on_row=None) -> dict[str, Any]:
     return dict(rows=rows, gather_cost=dc.RESIDENT_GATHER_COST, pass_cost=dc.RESIDENT_PASS_COST)
 
 
+def split_rule(sizes, on_row=None) -> dict[str, Any]:
+    """launch_tile's split rule against the clock: per (R, heads), N = 5, every split tile
+    split_tiles offers whose CTAs fit the SMs and the unsplit tile, each checked against the
+    reference and timed (graph, cold L2; the pick twice, A-vs-A), beside the tile the rule
+    picks. SM90 only (split_kv_splits)."""
+    cap = torch.cuda.get_device_capability(0)
+    rows = []
+    for r, h in sizes:
+        cfg = dc.select_tile_config(h, 5, cap)
+        b = plain_batch(r, h, 5000 + r + h)
+        ref = reference(b)
+        sms = dk._sm_count(b.q.device)
+        pick = dc.launch_tile(cfg, r, h, live_slots(b.n), sms, cap, b.n)
+        tiles = [t for t in dc.split_tiles(cfg, live_slots(b.n), cap, b.n, h) if dc.launch_ctas(t, r, h, b.n) <= sms]
+        tiles += [t for t in (replace(cfg, kv_splits=1), pick) if t not in tiles]
+        row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), sm_count=sms, tiles=[])
+        for tile in tiles:
+            out = torch.empty_like(b.q)
+            fn = lambda b=b, out=out, tile=tile: run_kernel(b, out, tile=tile)  # noqa: E731
+            fn()
+            sync()
+            ctas = dc.launch_ctas(tile, r, h, b.n)
+            entry = dict(heads_per_cta=tile.heads_per_cta, queries_per_cta=dc.cta_queries(b.n, tile),
+                         block_kv=tile.block_kv, kv_splits=tile.kv_splits, resident=tile.resident, ctas=ctas,
+                         clusters=ctas // tile.kv_splits, picked=tile == pick,
+                         ok=compare(out, ref, b.lens)["ok"], graph_cold_us=cold_graph_us([fn]))
+            if tile == pick:
+                entry["graph_cold_us_again"] = cold_graph_us([fn])  # A-vs-A
+            row["tiles"].append(entry)
+        fastest = min(row["tiles"], key=lambda t: t["graph_cold_us"])
+        picked = next(t for t in row["tiles"] if t["picked"])
+        row["picked_us"], row["fastest_us"] = picked["graph_cold_us"], fastest["graph_cold_us"]
+        row["aa_spread"] = abs(picked["graph_cold_us"] - picked["graph_cold_us_again"]) / picked["graph_cold_us"]
+        row["rule_right"] = fastest["picked"] or (row["picked_us"] - row["fastest_us"]) / row["fastest_us"] <= max(
+            row["aa_spread"], 0.02
+        )
+        rows.append(row)
+        print(json.dumps({k: row[k] for k in ("R", "H", "picked_us", "fastest_us", "rule_right")}),
+              file=sys.stderr, flush=True)
+        if on_row is not None:
+            on_row(rows)
+    return dict(rows=rows)
+
+
 def env_info() -> dict[str, Any]:
     import tilelang
     import triton
 
+    try:  # what the split rule's co_resident_clusters estimates, from the driver
+        from benchmarks.dspark_draft_attn.cluster_capacity import max_active_clusters
+
+        clusters: Any = max_active_clusters()
+    except Exception as e:  # noqa: BLE001 - reported, nothing depends on it
+        clusters = f"{type(e).__name__}: {str(e)[:200]}"
     return dict(
+        max_active_clusters_one_cta_an_sm=clusters,
         date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         gpu=torch.cuda.get_device_name(0),
         capability=torch.cuda.get_device_capability(0),
@@ -969,6 +1033,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rule-sizes",
                     help="with bench or all: time the streaming and KV-resident tiles at these RxH "
                          "sizes beside launch_tile's pick (resident_pays)")
+    ap.add_argument("--split-rule-sizes",
+                    help="with bench or all: time every split tile that fits and the unsplit one at "
+                         "these RxH sizes beside launch_tile's pick (SPLIT_TILES, co_resident_clusters)")
     ap.add_argument("--ws", action="store_true",
                     help="also check and time the warp-specialised SM90 kernel (not the default)")
     ap.add_argument("--compile-procs", type=int, default=min(16, os.cpu_count() or 1),
@@ -989,6 +1056,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = parse_sizes("--sizes", a.sizes, SWEEP_SIZES)
     rule_sizes = parse_sizes("--rule-sizes", a.rule_sizes, ())
+    split_rule_sizes = parse_sizes("--split-rule-sizes", a.split_rule_sizes, ())
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
@@ -1074,6 +1142,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"resident {row['resident_us']:6.1f} us  rule: {pick} "
                 f"({'right' if row['rule_right'] else 'WRONG'})"
             )
+        save()
+    if split_rule_sizes and a.what in ("bench", "all"):
+        rep["split_rule"] = split_rule(
+            split_rule_sizes, on_row=lambda rows: (rep.update(split_rule=dict(rows=rows)), save())
+        )
+        for row in rep["split_rule"]["rows"]:
+            for t in row["tiles"]:
+                print(f"R={row['R']:4d} H={row['H']:2d}  {t['heads_per_cta']:2d} heads x {t['queries_per_cta']} "
+                      f"queries, {t['block_kv']}-token tiles over {t['kv_splits']} ({t['clusters']} clusters): "
+                      f"{t['graph_cold_us']:6.1f} us{'  <- rule' if t['picked'] else ''}"
+                      f"{'' if t['ok'] else '  WRONG'}")
+            print(f"R={row['R']:4d} H={row['H']:2d}  rule {'right' if row['rule_right'] else 'WRONG'}")
         save()
     if a.what == "sweep" or (a.what == "all" and not a.quick):
         rep["sweep"] = sweep(

@@ -146,9 +146,10 @@ def summarise(stamps) -> dict[str, Any]:
 
 
 def cases() -> list[tuple[int, int, Any]]:
-    """(R, heads, tile): unsplit at R = 256, and at R = 1 the split launch R = 1 takes (4 heads
-    a CTA, 32-token tiles over 6 CTAs, the merge through L2 scratch with its partial outputs
-    copied in before the factor pass) and without that copy. Runs 18-20 had the dsmem_merge
+    """(R, heads, tile): unsplit at R = 256, and at R = 1 the split launch R = 1 took in runs
+    24-45 (launch_tile with the width, 192, as the live slots: 4 heads a CTA, 32-token tiles
+    over 6 CTAs, the merge through L2 scratch with its partial outputs copied in before the
+    factor pass) and without that copy. Runs 18-20 had the dsmem_merge
     and 8 / 2 heads cases, runs 23 and 29-30 options since removed, runs 24-26 64-token tiles
     over 3."""
     sm90 = g.dc.select_tile_config(64, 5, (9, 0))

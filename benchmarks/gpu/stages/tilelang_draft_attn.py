@@ -60,14 +60,20 @@ def run(ctx: Context) -> dict:
         )
         result |= json.loads(out.read_text()) if out.exists() else {}
         ctx.save(steps=steps, draft_attn=result)
+    # DRAFT_ATTN_PYTEST_K: a pytest -k expression, for a short device budget (the whole
+    # directory takes ~200 s there); the stage then does not pass
+    select = os.environ.get("DRAFT_ATTN_PYTEST_K", "")
     steps["pytest_patched"] = ctx.sh(
         "pytest_patched",
-        [py, "-m", "pytest", "-v", "-rfEs", "--durations=5", "tests/patched/tilelang"],
+        [py, "-m", "pytest", "-v", "-rfEs", "--durations=5", "tests/patched/tilelang"]
+        + (["-k", select] if select else []),
         max(60, ctx.left() - 5),
     )
     if what == "pytest":
         return {"steps": steps, "draft_attn": result, "ok": False, "partial": what}
     ok = all(s["rc"] == 0 for s in steps.values()) and bool(result.get("correctness", {}).get("ok"))
+    if select:
+        return {"steps": steps, "draft_attn": result, "ok": False, "partial": f"pytest -k {select!r}"}
     return {"steps": steps, "draft_attn": result, "ok": ok}
 
 

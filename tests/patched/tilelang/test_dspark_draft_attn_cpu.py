@@ -205,9 +205,9 @@ def test_compile_keys(kernel_module):
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
     page = dc.fp8_ds_mla_page_bytes(64)
     kw = dict(num_heads=16, num_queries=5, window_size=128, block_size=64, page_bytes=page, scale=512**-0.5)
-    # SM90: the unsplit key, the split ones small batches pick (192 slots: 6 32-token or 3
-    # 64-token tiles, one CTA each; 4 heads a CTA, then 8; all of the request's queries) and the
-    # KV-resident one large batches pick (16 heads x 4 queries a pass, 2 passes a CTA)
+    # SM90: the unsplit key, the split ones small batches pick (133 live slots: 5 32-token or 3
+    # 64-token tiles, one CTA each; 16 heads x 1 query, then 4 heads, then 8 x all queries) and
+    # the KV-resident one large batches pick (16 heads x 4 queries a pass, 2 passes a CTA)
     k90, *split, kres = owner.get_warmup_keys(**kw, capability=(9, 0))
     assert (kres.resident, kres.heads_per_cta, kres.queries_per_cta, kres.passes) == (True, 16, 4, 0)
     assert (kres.block_kv, kres.resident_tiles, kres.tail_kv, kres.kv_splits) == (64, 2, 16, 1)
@@ -217,7 +217,10 @@ def test_compile_keys(kernel_module):
     keys8 = owner.get_warmup_keys(**{**kw, "num_heads": 8}, capability=(9, 0))
     assert keys8 and not any(k.resident for k in keys8)
     assert not any(k.resident for k in owner.get_warmup_keys(**kw, capability=(12, 0)))
-    assert [(k.heads_per_cta, k.block_kv, k.kv_splits) for k in split] == [(4, 32, 6), (4, 64, 3), (8, 64, 3)]
+    # the live slots of a row (window + N = 133), not its width (192), size the splits
+    assert [(k.heads_per_cta, k.queries_per_cta, k.block_kv, k.kv_splits) for k in split] == [
+        (16, 1, 32, 5), (4, 5, 32, 5), (4, 5, 64, 3), (8, 5, 64, 3)
+    ]
     # every split key with the merge's prefetch (the L2 merge's partial outputs copied in first)
     assert split[-1] == dataclasses.replace(k90, kv_splits=3, merge_prefetch=True)
     assert all(k.merge_prefetch for k in split) and not k90.merge_prefetch
@@ -313,10 +316,11 @@ def test_merge_prefetch_where_its_copies_fit():
     without the L2 merge."""
     def prefetching(n):
         cfg = dc.select_tile_config(64, n, (9, 0))
-        return {(t.heads_per_cta, t.block_kv): t.merge_prefetch for t in dc.split_tiles(cfg, 192, (9, 0), n)}
+        tiles = dc.split_tiles(cfg, 133, (9, 0), n, 64)
+        return {(t.heads_per_cta, t.block_kv): t.merge_prefetch for t in tiles}
 
-    assert prefetching(5) == prefetching(7) == {(4, 32): True, (4, 64): True, (8, 64): True}
-    assert dc._tile_smem_bytes(7, dc.split_tiles(dc.select_tile_config(64, 7, (9, 0)), 192, (9, 0), 7)[-1]) == (
+    assert prefetching(5) == prefetching(7) == {(16, 32): True, (4, 32): True, (4, 64): True, (8, 64): True}
+    assert dc._tile_smem_bytes(7, dc.split_tiles(dc.select_tile_config(64, 7, (9, 0)), 133, (9, 0), 7, 64)[-1]) == (
         dc.smem_bytes(7, 8, 64, 1, 64)
     )
     sm90 = dc.select_tile_config(64, 5, (9, 0))
@@ -413,12 +417,13 @@ def test_wide_head_groups_fill_the_wgmma_tile():
         assert dc.tile_rule_violations(cfg, n) == []
         rows = dc.padded_rows(dc.cta_queries(n, cfg), cfg.heads_per_cta, cfg.row_tile)
         assert rows == 64 and rows * dc.HEAD_DIM // cfg.threads <= 128
-        # split launches keep the 4 / 8-head tiles with all of the request's queries (the wide
-        # tile over a cluster of 3 measured 39 us at R = 8 against 23 unsplit, H100 run 33)
-        tiles = dc.split_tiles(cfg, 192, (9, 0), n)
+        # split launches: 16 heads x 1 query where 16 divide the heads, then the 4 / 8-head tiles
+        # with all of the request's queries (the wide tile over a cluster of 3 measured 39 us at
+        # R = 8 against 23 unsplit, H100 run 33)
+        tiles = dc.split_tiles(cfg, 133, (9, 0), n, h)
         assert [(t.heads_per_cta, t.queries_per_cta, t.block_kv) for t in tiles] == [
-            (4, 0, 32), (4, 0, 64), (8, 0, 64)
-        ]
+            (16, 1, 32), (4, 0, 32), (4, 0, 64), (8, 0, 64)
+        ][h == 8 :]
     assert all(dc.select_tile_config(h, 5, (9, 0)).queries_per_cta == 0 for h in (16, 8))
     for h in (64, 32, 16, 8):
         sm12x = dc.select_tile_config(h, 5, (12, 0))
@@ -429,39 +434,63 @@ def test_wide_head_groups_fill_the_wgmma_tile():
 
 def test_launch_tile_takes_the_finest_split_that_fits():
     """Small batches give every KV tile of a head group a CTA of its own, with the finest
-    split tile (SPLIT_TILES: 4 heads and 32-token tiles, then 64-token, then 8 heads) whose
-    CTAs all get an SM (132 on the H200); past that no split, the unsplit launch keeping the
-    default tile. Never on SM12x (untested there) or the warp-specialised kernel."""
+    split tile (SPLIT_TILES: 16 heads x 1 query and 32-token tiles, then 4 heads x N, then
+    64-token tiles with 4 and 8 heads) whose CTAs all get an SM (132 on the H100 / H200) and
+    whose clusters all run at once (co_resident_clusters); past that no split, the unsplit
+    launch keeping the default tile. The KV tiles a group splits into are those of a row's live
+    slots (DSpark: window + N = 133, 5 of 32 tokens; the width, 192, gives 6 and the pre-run-46
+    picks). Never on SM12x (untested there) or the warp-specialised kernel."""
     cfg = dc.select_tile_config(64, 5, (9, 0))  # 64 heads x 1 query a CTA, 64-token tiles
     shape = lambda t: (t.heads_per_cta, dc.cta_queries(5, t), t.block_kv, t.kv_splits)  # noqa: E731
-    got = {r: shape(dc.launch_tile(cfg, r, 64, 192, 132, (9, 0), 5)) for r in (1, 2, 3, 5, 6, 64)}
+    live = dc.dspark_live_slots(128, 5)
+    assert live == 133 and dc.dspark_index_width(128, 5) == 192
+    got = {r: shape(dc.launch_tile(cfg, r, 64, live, 132, (9, 0), 5)) for r in (1, 2, 3, 5, 6, 64)}
     assert got == {
-        1: (4, 5, 32, 6),  # 96 CTAs; split tiles take all of a request's queries
-        2: (4, 5, 64, 3),  # 32-token: 192 CTAs
+        1: (16, 1, 32, 5),  # 100 CTAs, 20 clusters of 5 (H100 run 46: 9.7 us against 10.7-11.3)
+        2: (4, 5, 64, 3),  # 16 x 1: 200 CTAs; 4 x 5, 32-token: 160
         3: (8, 5, 64, 3),  # 4 heads: 144
-        5: (8, 5, 64, 3),  # 120
+        5: (8, 5, 64, 3),  # 120 CTAs, 40 clusters of 3
         6: (64, 1, 64, 1),  # 144 even with 8 heads: unsplit, 5 CTAs a request
         64: (64, 1, 64, 1),
     }
+    # with the width as the live slots, 16 x 1 over 6 CTAs is 20 clusters of 6, more than run at
+    # once (H100 runs 44 / 46: 17.2-17.4 us): 4 heads x N over 6 (16 clusters), as before run 46
+    assert shape(dc.launch_tile(cfg, 1, 64, 192, 132, (9, 0), 5)) == (4, 5, 32, 6)
     res = dc.resident_tile(cfg, 64, 5)
     assert dc.tile_rule_violations(res, 5) == [] and dc.tile_rule_violations(res, 7) == []
-    shape = lambda t: (t.heads_per_cta, t.block_kv, t.kv_splits)  # noqa: E731
     cfg = dc.select_tile_config(16, 5, (9, 0))  # 8 heads x 5 queries: 2 CTAs a request
-    at16 = {r: shape(dc.launch_tile(cfg, r, 16, 192, 132, (9, 0), 5)) for r in (1, 5, 8, 11, 12, 22, 23)}
+    at16 = {r: shape(dc.launch_tile(cfg, r, 16, live, 132, (9, 0), 5)) for r in (1, 4, 5, 6, 7, 10, 11, 20, 21)}
     assert at16 == {
-        1: (4, 32, 6), 5: (4, 32, 6), 8: (4, 64, 3), 11: (4, 64, 3), 12: (8, 64, 3), 22: (8, 64, 3),
-        23: (8, 64, 1),
+        1: (16, 1, 32, 5), 4: (16, 1, 32, 5),  # 100 CTAs, 20 clusters
+        5: (4, 5, 32, 5), 6: (4, 5, 32, 5),  # 16 x 1: 25 clusters of 5, more than the 24 that fit
+        7: (4, 5, 64, 3), 10: (4, 5, 64, 3),  # 4 x 5, 32-token: 140 CTAs
+        11: (8, 5, 64, 3), 20: (8, 5, 64, 3),  # 4 x 5, 64-token: 44 clusters of 3 > 40
+        21: (8, 5, 64, 1),  # 126 CTAs but 42 clusters: unsplit
     }
+    # N = 7 at 64 heads: 16 x 1 would be 140 CTAs
+    n7 = dc.launch_tile(dc.select_tile_config(64, 7, (9, 0)), 1, 64, 135, 132, (9, 0), 7)
+    assert (n7.heads_per_cta, n7.queries_per_cta, n7.block_kv, n7.kv_splits) == (4, 0, 32, 5)
+    # 8 heads: no 16-head tile
+    assert dc.launch_tile(dc.select_tile_config(8, 5, (9, 0)), 1, 8, live, 132, (9, 0), 5).heads_per_cta == 4
     # a 2-tile index row (a shorter window): 4 32-token splits
-    assert shape(dc.launch_tile(cfg, 1, 64, 128, 132, (9, 0), 5)) == (4, 32, 4)
+    assert shape(dc.launch_tile(cfg, 1, 64, 128, 132, (9, 0), 5))[2:] == (32, 4)
     for n in (5, 7):
-        for t in dc.split_tiles(dc.select_tile_config(64, n, (9, 0)), 192, (9, 0), n):
+        for t in dc.split_tiles(dc.select_tile_config(64, n, (9, 0)), dc.dspark_live_slots(128, n), (9, 0), n, 64):
             assert dc.tile_rule_violations(t, n) == []
-    assert dc.launch_tile(dc.select_tile_config(64, 5, (12, 0)), 1, 64, 192, 188, (12, 0), 5).kv_splits == 1
-    assert dc.split_tiles(dc.warp_specialized_config(64, 5), 192, (9, 0), 5) == []
+    assert dc.launch_tile(dc.select_tile_config(64, 5, (12, 0)), 1, 64, live, 188, (12, 0), 5).kv_splits == 1
+    assert dc.split_tiles(dc.warp_specialized_config(64, 5), live, (9, 0), 5, 64) == []
     assert dc.tile_rule_violations(dataclasses.replace(cfg, kv_splits=9), 5)  # not a cluster
     ws = dataclasses.replace(dc.warp_specialized_config(16, 5), kv_splits=2)
     assert dc.tile_rule_violations(ws, 5)
+
+
+def test_co_resident_clusters_fit_the_h100_measurements():
+    """The estimate of clusters that run at once (8 GPCs of 16-18 SMs on 132 SMs) against what
+    the H100 showed: 16 clusters of 6 one wave (the R = 1 x 64 default of runs 24-45), 20 of 6
+    two (runs 44 / 46: 17.2-17.4 us), 20 of 5 one (run 46: 9.7), 32 of 3 one (R = 2 x 64: 13.4)."""
+    assert dc.co_resident_clusters(132, 6) == 16
+    assert dc.co_resident_clusters(132, 5) == 24 and dc.co_resident_clusters(132, 3) == 40
+    assert dc.co_resident_clusters(132, 1) == 128 and dc.co_resident_clusters(188, 8) == 22
 
 
 def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatch):
@@ -794,3 +823,21 @@ def test_kv_resident_tile_rules():
     assert dc.tile_rule_violations(dataclasses.replace(split, heads_per_cta=16, queries_per_cta=5), 5)
     assert dc.tile_rule_violations(dataclasses.replace(split, kv_splits=2), 5)
     assert dc.tile_rule_violations(dataclasses.replace(split, tail_kv=8), 5)
+
+
+def test_cluster_capacity_probe_lays_out_cuda_h_structs():
+    """benchmarks/dspark_draft_attn/cluster_capacity.py asks the driver how many clusters run at
+    once (cuOccupancyMaxActiveClusters) through ctypes copies of cuda.h's CUlaunchConfig and
+    CUlaunchAttribute: a wrong offset would pass garbage to the driver on the GPU. The query
+    itself needs CUDA (the GPU benchmark records it in its env)."""
+    import ctypes
+
+    from benchmarks.dspark_draft_attn import cluster_capacity as cc
+
+    assert (ctypes.sizeof(cc.LaunchConfig), ctypes.sizeof(cc.LaunchAttribute)) == (56, 72)
+    assert (cc.LaunchConfig.sharedMemBytes.offset, cc.LaunchConfig.hStream.offset) == (24, 32)
+    assert (cc.LaunchConfig.attrs.offset, cc.LaunchConfig.numAttrs.offset) == (40, 48)
+    assert cc.LaunchAttribute.value.offset == 8
+    cfg, attr = cc.launch_config(5, 256, 140 * 1024)
+    assert cfg.gridDimX % 5 == 0 and cfg.blockDimX == 256 and cfg.numAttrs == 1
+    assert cfg.attrs.contents.id == 4 and cfg.attrs.contents.value.clusterDim.x == 5

@@ -72,6 +72,7 @@ class DeepseekV4TileLangDraftAttention(DeepseekV4FlashMLAAttention):
         super().__init__(vllm_config, *args, **kwargs)
         from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_tilelang import (
             _DSPARK_DRAFT_ATTN_TILELANG_KERNEL,
+            dspark_live_slots,
             fp8_ds_mla_page_bytes,
         )
         from vllm.platforms import current_platform
@@ -95,6 +96,8 @@ class DeepseekV4TileLangDraftAttention(DeepseekV4FlashMLAAttention):
         self.swa_index_width = get_dspark_swa_index_width(
             self.window_size, self.num_draft_queries
         )
+        # the index kernel's lens are at most this (sizes small batches' splits)
+        self.live_slots = dspark_live_slots(self.window_size, self.num_draft_queries)
         if vllm_config.kernel_config.enable_jit_warmup:
             capability = current_platform.get_device_capability()
             assert capability is not None
@@ -163,4 +166,5 @@ class DeepseekV4TileLangDraftAttention(DeepseekV4FlashMLAAttention):
             scale=self.scale,
             block_size=self.swa_cache_layer.block_size,
             page_bytes=swa_cache.stride(0) * swa_cache.element_size(),
+            live_slots=self.live_slots,
         )

@@ -454,50 +454,94 @@ def resident_tile(
     )
 
 
-def split_kv_splits(cfg: TileConfig, width: int, capability: tuple[int, int]) -> int:
-    """The kv_splits of a split launch of this shape (one CTA a KV tile, up to
-    a portable cluster), 1 where launches never split: SM90 only, where it was
-    measured; SM12x keeps one CTA a group (clusters exist there, but the split
-    is UNTESTED on SM12x hardware); never the warp-specialised kernel."""
+def split_kv_splits(
+    cfg: TileConfig, live_slots: int, capability: tuple[int, int]
+) -> int:
+    """The kv_splits of a split launch of this shape (one CTA a KV tile of a
+    row's live slots, up to a portable cluster), 1 where launches never split:
+    SM90 only, where it was measured; SM12x keeps one CTA a group (clusters
+    exist there, but the split is UNTESTED on SM12x hardware); never the
+    warp-specialised kernel. live_slots: the most live slots an index row can
+    hold (dspark_live_slots: DSpark's window + N = 133 of a 192-wide row, 5
+    tiles of 32; a longer row is still right, its CTAs taking several tiles)."""
     if capability[0] != 9 or cfg.warp_specialized:
         return 1
-    return min(width // cfg.block_kv, MAX_KV_SPLITS)
+    return min(-(-live_slots // cfg.block_kv), MAX_KV_SPLITS)
 
 
-# Split launch tiles, (heads a CTA, KV tile), finest first: a launch takes
-# the first whose CTAs (one a KV tile of each head group) all get an SM;
-# more CTAs than SMs queue, and fewer splits than tiles (2 CTAs for 3 tiles)
-# measured from 5 % faster to 4 % slower than none (runs 13 and 16).
-# Narrow groups and short tiles shorten each CTA's chain and the partial state
-# it stores (rows still padded to 64 for wgmma; the stores stop at the last
-# live row's 16-row slice). H200 run 24: R = 1, 32-token tiles over 6 CTAs
-# 12.1 / 11.3 us at 64 / 16 heads, 64-token over 3 13.4 / 13.3; R = 2 at 64
-# heads and R = 8 at 16 (96 CTAs with 4 heads): 64-token, 4 heads 15.4-15.5,
-# 8 heads 16.3, and 32-token over 6 (192 CTAs, more than the SMs) 21.8-22.4.
-SPLIT_TILES = ((4, 32), (4, 64), (8, 64))  # with all of the request's queries
+def dspark_live_slots(window_size: int, num_queries: int) -> int:
+    """The most live slots of a DSpark non-causal SWA index row: the window
+    and the N draft positions (the index kernel's lens; the row's width,
+    dspark_index_width, rounds that up to 64)."""
+    return window_size + num_queries
+
+
+def co_resident_clusters(sm_count: int, cluster_size: int) -> int:
+    """Clusters of cluster_size CTAs (one an SM) an SM90 GPU runs at once,
+    estimated: a cluster's CTAs share a GPC, and H100 / H200 have 8 GPCs of
+    16-18 SMs (132 SMs), so sm_count // 16 GPCs of 16 // size clusters. The
+    estimate fits every H100 measurement (runs 33, 44, 46): 20 clusters of 6
+    ran as two waves (17.2 us against 11.3 for 16 of 6), 20 of 5 and 32 of 3
+    as one. cudaOccupancyMaxActiveClusters would say exactly; torch does not
+    expose it."""
+    return (sm_count // 16) * (16 // cluster_size)
+
+
+# Split launch tiles, (heads a CTA, KV tile, queries a CTA: 0 = all N),
+# finest first: a launch takes the first whose CTAs (one a KV tile of each
+# head group and query group) all get an SM and whose clusters all run at
+# once (co_resident_clusters); more CTAs than that queue, and fewer splits
+# than tiles (2 CTAs for 3 tiles) measured from 5 % faster to 4 % slower
+# than none (runs 13 and 16).
+# Short tiles shorten each CTA's chain, and the merge moves each CTA's live
+# rows (still padded to 64 for wgmma; the stores stop at the last live row's
+# 16-row slice), so narrow row groups merge faster:
+# - 16 heads x 1 query (16 rows, one warp a warpgroup storing), 32-token
+#   tiles over 5 CTAs: H100 run 46, R = 1, 9.7 / 8.7 us at 64 / 16 heads
+#   against 10.7-11.3 / 9.6 for 4 heads x N over 6; with 6 CTAs (20 clusters
+#   at 64 heads, more than run at once) 17.4. Only where 16 heads divide
+#   the layer's (8 heads: unmeasured).
+# - 4 heads x N, 32-token tiles: the R = 1 default of runs 24-45 (6 CTAs;
+#   5, one a live tile, measured the same or up to 4 % faster in run 46).
+# - 4 heads x N, then 8 heads x N, 64-token tiles over 3 CTAs: R = 2 at 64
+#   heads and R = 8 at 16 (H200 run 24: 15.4-15.5 and 16.3 us; run 46: 13.4
+#   against 17.8 for the 16 x 1 tile's 200 CTAs).
+SPLIT_TILES = ((16, 32, 1), (4, 32, 0), (4, 64, 0), (8, 64, 0))
 
 
 def split_tiles(
-    cfg: TileConfig, width: int, capability: tuple[int, int], num_queries: int
+    cfg: TileConfig,
+    live_slots: int,
+    capability: tuple[int, int],
+    num_queries: int,
+    num_heads: int,
 ) -> list[TileConfig]:
-    """The split tiles a launch of this shape may take, in SPLIT_TILES order
-    (never more heads a CTA than cfg's), each with merge_prefetch where its
-    rules allow it; [] where launches never split (split_kv_splits)."""
-    if split_kv_splits(cfg, width, capability) == 1:
+    """The split tiles a launch of this shape may take, in SPLIT_TILES order,
+    each with merge_prefetch where its rules allow it; [] where launches
+    never split (split_kv_splits). A tile of all N queries takes at most
+    cfg's heads a CTA; one of fewer queries exactly its heads, where they
+    divide num_heads."""
+    if split_kv_splits(cfg, live_slots, capability) == 1:
         return []
     tiles: list[TileConfig] = []
-    for heads, block_kv in SPLIT_TILES:
+    for heads, block_kv, queries in SPLIT_TILES:
+        if queries and num_heads % heads:
+            continue
         tile = replace(
             cfg,
-            heads_per_cta=min(heads, cfg.heads_per_cta),
-            queries_per_cta=0,
+            heads_per_cta=heads if queries else min(heads, cfg.heads_per_cta),
+            queries_per_cta=queries,
             block_kv=block_kv,
         )
-        tile = replace(tile, kv_splits=split_kv_splits(tile, width, capability))
+        tile = replace(tile, kv_splits=split_kv_splits(tile, live_slots, capability))
         prefetch = replace(tile, merge_prefetch=True)
         if tile.kv_splits > 1 and not tile_rule_violations(prefetch, num_queries):
             tile = prefetch
-        if tile.kv_splits > 1 and tile not in tiles:
+        if (
+            tile.kv_splits > 1
+            and tile not in tiles
+            and not tile_rule_violations(tile, num_queries)
+        ):
             tiles.append(tile)
     # Not the wide unsplit tile (_fill_wgmma_rows) over a cluster: 64 heads x
     # 1 query in 3 splits measured 39 us at R = 8 against 23 unsplit (H100
@@ -558,16 +602,21 @@ def launch_tile(
     cfg: TileConfig,
     num_reqs: int,
     num_heads: int,
-    width: int,
+    live_slots: int,
     sm_count: int,
     capability: tuple[int, int],
     num_queries: int,
 ) -> TileConfig:
     """The tile of one launch: the first split tile (split_tiles) whose CTAs
-    all get an SM while the GPU is nearly empty; the KV-resident tile where
-    it pays (resident_pays: large SM90 batches); else cfg unsplit."""
-    for tile in split_tiles(cfg, width, capability, num_queries):
-        if launch_ctas(tile, num_reqs, num_heads, num_queries) <= sm_count:
+    all get an SM and whose clusters all run at once while the GPU is nearly
+    empty; the KV-resident tile where it pays (resident_pays: large SM90
+    batches); else cfg unsplit. live_slots: split_kv_splits'."""
+    for tile in split_tiles(cfg, live_slots, capability, num_queries, num_heads):
+        ctas = launch_ctas(tile, num_reqs, num_heads, num_queries)
+        clusters = ctas // tile.kv_splits
+        if ctas <= sm_count and clusters <= co_resident_clusters(
+            sm_count, tile.kv_splits
+        ):
             return tile
     unsplit = replace(cfg, kv_splits=1)
     if resident_kv(cfg, capability):

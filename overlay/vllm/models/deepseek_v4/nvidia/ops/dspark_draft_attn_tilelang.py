@@ -54,6 +54,7 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     TileConfig,
     cta_queries,
     dspark_index_width,
+    dspark_live_slots,
     launch_ctas,
     launch_tile,
     padded_rows,
@@ -1217,8 +1218,10 @@ class DSparkDraftAttnTileLangKernel(
         # the KV-resident one large batches pick where it can pay (more
         # than one pass a CTA: resident_pays).
         width = dspark_index_width(window_size, num_queries)
+        live_slots = dspark_live_slots(window_size, num_queries)
         cfg = select_tile_config(num_heads, num_queries, capability)
-        tiles = [cfg, *split_tiles(cfg, width, capability, num_queries)]
+        split = split_tiles(cfg, live_slots, capability, num_queries, num_heads)
+        tiles = [cfg, *split]
         if resident_kv(cfg, capability):
             resident = resident_tile(cfg, num_heads, num_queries)
             if resident_passes(resident, num_queries) > 1:
@@ -1397,6 +1400,7 @@ def _launch_plan(
     num_heads: int,
     num_queries: int,
     width: int,
+    live_slots: int,
     block_size: int,
     page_bytes: int,
     scale: float,
@@ -1413,7 +1417,7 @@ def _launch_plan(
     unsplit = tile or select_tile_config(num_heads, num_queries, capability)
     if tile is None:
         tile = launch_tile(
-            unsplit, num_reqs, num_heads, width, sm_count, capability, num_queries
+            unsplit, num_reqs, num_heads, live_slots, sm_count, capability, num_queries
         )
     key = _DSPARK_DRAFT_ATTN_TILELANG_KERNEL.dispatch(
         num_heads=num_heads,
@@ -1588,6 +1592,7 @@ def dspark_draft_attention(
     page_bytes: int,
     capability: tuple[int, int] | None = None,
     tile: TileConfig | None = None,
+    live_slots: int | None = None,
 ) -> torch.Tensor:
     """Draft attention into ``out`` in place (CUDA-graph capturable).
 
@@ -1597,6 +1602,9 @@ def dspark_draft_attention(
     ``page_bytes``; indices: [T, 1, width] or [T, width] int32 global slots,
     -1 padded; lens: [T] int32; attn_sink: [H] fp32. tile: a CTA shape instead
     of select_tile_config's and launch_tile's (benchmarks and checks).
+    live_slots: the most lens can be (DSpark rows: dspark_live_slots, window
+    + N), which sizes small batches' KV splits; None: the width. Larger lens
+    are still right (a split CTA then takes several tiles), only slower.
     """
     num_tokens, num_heads, head_dim = q.shape
     if head_dim != HEAD_DIM:
@@ -1611,7 +1619,8 @@ def dspark_draft_attention(
     num_reqs = num_tokens // num_queries
     if num_reqs == 0:
         return out
-    plan = (num_heads, num_queries, width, block_size, page_bytes, float(scale))
+    plan = (num_heads, num_queries, width, live_slots or width, block_size)
+    plan += (page_bytes, float(scale))
     plan += (tuple(capability), _sm_count(q.device))
     tile, unsplit, key, shape = _launch_plan(num_reqs, *plan, tile)
     scratch = _split_scratch(q.device, *shape)

@@ -476,31 +476,45 @@ def dspark_live_slots(window_size: int, num_queries: int) -> int:
     return window_size + num_queries
 
 
+# Clusters of each size (one CTA an SM) the driver lets run at once on a
+# 132-SM SM90 part: cuOccupancyMaxActiveClusters on an H100 80GB HBM3 (run 47,
+# benchmarks/dspark_draft_attn/cluster_capacity.py, 140 KB of shared memory
+# and 256 threads a CTA, as the split tiles take). A cluster's CTAs share a
+# GPC and the GPCs differ in size, so this is not SMs / size (39 of 3, not 44).
+_MEASURED_CLUSTERS = {132: {2: 66, 3: 39, 4: 30, 5: 22, 6: 17, 7: 15, 8: 15}}
+
+
 def co_resident_clusters(sm_count: int, cluster_size: int) -> int:
-    """Clusters of cluster_size CTAs (one an SM) an SM90 GPU runs at once,
-    estimated: a cluster's CTAs share a GPC, and H100 / H200 have 8 GPCs of
-    16-18 SMs (132 SMs), so sm_count // 16 GPCs of 16 // size clusters. The
-    estimate fits every H100 measurement (runs 33, 44, 46): 20 clusters of 6
-    ran as two waves (17.2 us against 11.3 for 16 of 6), 20 of 5 and 32 of 3
-    as one. cudaOccupancyMaxActiveClusters would say exactly; torch does not
-    expose it."""
-    return (sm_count // 16) * (16 // cluster_size)
+    """Clusters of cluster_size CTAs (one an SM) an SM90 GPU runs at once: the
+    driver's figure measured for 132 SMs (H100; the H200 has 132 too, its
+    figure not measured: the GPU benchmark records it), elsewhere a lower
+    bound (GPCs of at most 18 SMs, so at least sm_count // 18 of them, each of
+    at least 14). A launch of more clusters runs as two waves: H100 run 47,
+    R = 6 x 16 heads, 24 clusters of 5 took 19.4 us against 12.4 for 24 of
+    3; R = 21, 42 clusters of 3 took 27.4 against 22.6 unsplit."""
+    if cluster_size <= 1:
+        return sm_count
+    measured = _MEASURED_CLUSTERS.get(sm_count)
+    if measured is not None and cluster_size in measured:
+        return measured[cluster_size]
+    return (sm_count // 18) * (14 // cluster_size)
 
 
 # Split launch tiles, (heads a CTA, KV tile, queries a CTA: 0 = all N),
 # finest first: a launch takes the first whose CTAs (one a KV tile of each
 # head group and query group) all get an SM and whose clusters all run at
-# once (co_resident_clusters); more CTAs than that queue, and fewer splits
-# than tiles (2 CTAs for 3 tiles) measured from 5 % faster to 4 % slower
-# than none (runs 13 and 16).
+# once (co_resident_clusters); more than that run as two waves (H100 run 47:
+# 1.4-2x slower), and fewer splits than tiles (2 CTAs for 3 tiles) measured
+# from 5 % faster to 4 % slower than none (runs 13 and 16).
 # Short tiles shorten each CTA's chain, and the merge moves each CTA's live
 # rows (still padded to 64 for wgmma; the stores stop at the last live row's
 # 16-row slice), so narrow row groups merge faster:
 # - 16 heads x 1 query (16 rows, one warp a warpgroup storing), 32-token
-#   tiles over 5 CTAs: H100 run 46, R = 1, 9.7 / 8.7 us at 64 / 16 heads
-#   against 10.7-11.3 / 9.6 for 4 heads x N over 6; with 6 CTAs (20 clusters
-#   at 64 heads, more than run at once) 17.4. Only where 16 heads divide
-#   the layer's (8 heads: unmeasured).
+#   tiles over 5 CTAs: H100 runs 46-47, R = 1, 9.5-9.8 / 9.0-9.1 us at 64 /
+#   16 heads against 11.5 / 9.6 for 4 heads x N over 6 (runs 24-45's R = 1
+#   tile), faster at every R = 1-4 measured; over 6 CTAs (20 clusters at 64
+#   heads, more than run at once) 17.4. Only where 16 heads divide the
+#   layer's (8 heads: unmeasured).
 # - 4 heads x N, 32-token tiles: the R = 1 default of runs 24-45 (6 CTAs;
 #   5, one a live tile, measured the same or up to 4 % faster in run 46).
 # - 4 heads x N, then 8 heads x N, 64-token tiles over 3 CTAs: R = 2 at 64

@@ -433,8 +433,17 @@ def _compile_key(key: Any) -> None:
     dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.compile(key)
 
 
+def split_rule_tiles(r: int, h: int, cap: tuple[int, int], sms: int) -> list[dc.TileConfig]:
+    """What split_rule times at (R, heads), N = 5: the split tiles whose CTAs fit, the unsplit
+    tile and the pick."""
+    cfg = dc.select_tile_config(h, 5, cap)
+    pick = dc.launch_tile(cfg, r, h, live_slots(5), sms, cap, 5)
+    tiles = [t for t in dc.split_tiles(cfg, live_slots(5), cap, 5, h) if dc.launch_ctas(t, r, h, 5) <= sms]
+    return tiles + [t for t in (replace(cfg, kv_splits=1), pick) if t not in tiles]
+
+
 def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
-               ws: bool = False, eager_sizes=()) -> dict[str, Any]:
+               ws: bool = False, eager_sizes=(), rule_sizes=()) -> dict[str, Any]:
     """Compile every kernel the run needs in parallel processes (~7-18 s each on the H200)."""
     cap = torch.cuda.get_device_capability(0)
     keys = []
@@ -462,6 +471,9 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
             keys.append(compile_key(h, 5, dc.launch_tile(cfg, r, h, live_slots(5), sms, cap, 5)))
     if what in ("sweep", "all") and not quick:
         keys += [compile_key(h, 5, c) for h in (64, 16) for c in sweep_configs if h % c.heads_per_cta == 0]
+    if what == "rules":  # the tiles split_rule times
+        sms = dk._sm_count(torch.device("cuda", 0))
+        keys += [compile_key(h, 5, t) for r, h in rule_sizes for t in split_rule_tiles(r, h, cap, sms)]
     return compile_in_processes(_compile_key, list(dict.fromkeys(keys)), procs)
 
 
@@ -956,8 +968,7 @@ def split_rule(sizes, on_row=None) -> dict[str, Any]:
         ref = reference(b)
         sms = dk._sm_count(b.q.device)
         pick = dc.launch_tile(cfg, r, h, live_slots(b.n), sms, cap, b.n)
-        tiles = [t for t in dc.split_tiles(cfg, live_slots(b.n), cap, b.n, h) if dc.launch_ctas(t, r, h, b.n) <= sms]
-        tiles += [t for t in (replace(cfg, kv_splits=1), pick) if t not in tiles]
+        tiles = split_rule_tiles(r, h, cap, sms)
         row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), sm_count=sms, tiles=[])
         for tile in tiles:
             out = torch.empty_like(b.q)
@@ -1025,7 +1036,8 @@ def print_correctness(title: str, cm: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("smoke", "check", "bench", "sweep", "eager", "all"))
+    # rules: only --split-rule-sizes (no matrix, no benchmark rows), for a short device budget
+    ap.add_argument("what", choices=("smoke", "check", "bench", "sweep", "eager", "rules", "all"))
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--quick", action="store_true", help="smaller matrix, no sweep")
     ap.add_argument("--configs", help="sweep only these SWEEP_CONFIGS indices (comma-separated)")
@@ -1034,7 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="with bench or all: time the streaming and KV-resident tiles at these RxH "
                          "sizes beside launch_tile's pick (resident_pays)")
     ap.add_argument("--split-rule-sizes",
-                    help="with bench or all: time every split tile that fits and the unsplit one at "
+                    help="with bench, rules or all: time every split tile that fits and the unsplit one at "
                          "these RxH sizes beside launch_tile's pick (SPLIT_TILES, co_resident_clusters)")
     ap.add_argument("--ws", action="store_true",
                     help="also check and time the warp-specialised SM90 kernel (not the default)")
@@ -1088,7 +1100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if all(c["ok"] for c in cases[:gating]) else 1
     if a.compile_procs > 0:
         rep["precompile"] = pc = precompile(a.what, a.quick, a.compile_procs, configs, a.ws,
-                                            sizes if a.what == "eager" else ())
+                                            sizes if a.what == "eager" else (), split_rule_sizes)
         print(f"precompiled {pc['keys']} kernels in {pc['seconds']} s ({len(pc['errors'])} errors)", flush=True)
         save()
     if a.what == "eager":
@@ -1143,7 +1155,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"({'right' if row['rule_right'] else 'WRONG'})"
             )
         save()
-    if split_rule_sizes and a.what in ("bench", "all"):
+    if split_rule_sizes and a.what in ("bench", "rules", "all"):
         rep["split_rule"] = split_rule(
             split_rule_sizes, on_row=lambda rows: (rep.update(split_rule=dict(rows=rows)), save())
         )

@@ -872,3 +872,36 @@ def test_cluster_capacity_probe_lays_out_cuda_h_structs():
     cfg, attr = cc.launch_config(5, 256, 140 * 1024)
     assert cfg.gridDimX % 5 == 0 and cfg.blockDimX == 256 and cfg.numAttrs == 1
     assert cfg.attrs.contents.id == 4 and cfg.attrs.contents.value.clusterDim.x == 5
+
+
+def test_draft_layer_passes_the_rows_live_slots(kernel_module, monkeypatch):
+    """The draft layer's forward hands the wrapper window + N as the rows' live slots (what
+    upstream's DSpark index kernel writes at most), so small batches split a row into 5 tiles of
+    32 tokens, not the 6 of its 192-wide index. The layer's state is a stand-in (building the
+    real layer needs a model config); its forward_mqa is the overlay's."""
+    from vllm.models.deepseek_v4.nvidia import tilelang_draft_attn
+
+    calls = []
+    monkeypatch.setattr(kernel_module, "dspark_draft_attention", lambda *a, **kw: calls.append(kw))
+    num_tokens, page = 10, dc.fp8_ds_mla_page_bytes(64)
+    swa = types.SimpleNamespace(
+        num_prefills=0,
+        num_decode_tokens=num_tokens,
+        decode_swa_indices=torch.zeros(num_tokens, 1, 192, dtype=torch.int32),
+        decode_swa_lens=torch.zeros(num_tokens, dtype=torch.int32),
+    )
+    context = types.SimpleNamespace(attn_metadata={"swa": swa})
+    monkeypatch.setattr(tilelang_draft_attn, "get_forward_context", lambda: context)
+    layer = types.SimpleNamespace(
+        swa_cache_layer=types.SimpleNamespace(prefix="swa", block_size=64,
+                                              kv_cache=torch.zeros(2, page, dtype=torch.uint8)),
+        swa_index_width=dc.dspark_index_width(128, 5),
+        live_slots=dc.dspark_live_slots(128, 5),
+        attn_sink=torch.zeros(64),
+        num_draft_queries=5,
+        scale=512**-0.5,
+    )
+    q = torch.zeros(num_tokens, 64, 512, dtype=torch.bfloat16)
+    tilelang_draft_attn.DeepseekV4TileLangDraftAttention.forward_mqa(layer, q, None, None, torch.empty_like(q))
+    assert len(calls) == 1 and calls[0]["live_slots"] == 133 and calls[0]["num_queries"] == 5
+    assert calls[0]["page_bytes"] == page

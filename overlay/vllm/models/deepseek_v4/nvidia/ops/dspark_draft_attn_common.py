@@ -504,7 +504,7 @@ def co_resident_clusters(sm_count: int, cluster_size: int) -> int:
 # finest first: a launch takes the first whose CTAs (one a KV tile of each
 # head group and query group) all get an SM and whose clusters all run at
 # once (co_resident_clusters); more than that run as two waves (H100 run 47:
-# 1.4-2x slower), and fewer splits than tiles (2 CTAs for 3 tiles) measured
+# 1.2-1.6x slower), and fewer splits than tiles (2 CTAs for 3 tiles) measured
 # from 5 % faster to 4 % slower than none (runs 13 and 16).
 # Short tiles shorten each CTA's chain, and the merge moves each CTA's live
 # rows (still padded to 64 for wgmma; the stores stop at the last live row's

@@ -433,13 +433,13 @@ def _compile_key(key: Any) -> None:
     dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.compile(key)
 
 
-def split_rule_tiles(r: int, h: int, cap: tuple[int, int], sms: int) -> list[dc.TileConfig]:
-    """What split_rule times at (R, heads), N = 5: the split tiles whose CTAs fit, the unsplit
-    tile and the pick."""
+def split_rule_tiles(r: int, h: int, cap: tuple[int, int], sms: int) -> tuple[dc.TileConfig, list[dc.TileConfig]]:
+    """(launch_tile's pick, what split_rule times) at (R, heads), N = 5: the split tiles whose
+    CTAs fit, the unsplit tile and the pick."""
     cfg = dc.select_tile_config(h, 5, cap)
     pick = dc.launch_tile(cfg, r, h, live_slots(5), sms, cap, 5)
     tiles = [t for t in dc.split_tiles(cfg, live_slots(5), cap, 5, h) if dc.launch_ctas(t, r, h, 5) <= sms]
-    return tiles + [t for t in (replace(cfg, kv_splits=1), pick) if t not in tiles]
+    return pick, tiles + [t for t in (replace(cfg, kv_splits=1), pick) if t not in tiles]
 
 
 def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
@@ -473,7 +473,7 @@ def precompile(what: str, quick: bool, procs: int, sweep_configs=SWEEP_CONFIGS,
         keys += [compile_key(h, 5, c) for h in (64, 16) for c in sweep_configs if h % c.heads_per_cta == 0]
     if what == "rules":  # the tiles split_rule times
         sms = dk._sm_count(torch.device("cuda", 0))
-        keys += [compile_key(h, 5, t) for r, h in rule_sizes for t in split_rule_tiles(r, h, cap, sms)]
+        keys += [compile_key(h, 5, t) for r, h in rule_sizes for t in split_rule_tiles(r, h, cap, sms)[1]]
     return compile_in_processes(_compile_key, list(dict.fromkeys(keys)), procs)
 
 
@@ -963,12 +963,10 @@ def split_rule(sizes, on_row=None) -> dict[str, Any]:
     cap = torch.cuda.get_device_capability(0)
     rows = []
     for r, h in sizes:
-        cfg = dc.select_tile_config(h, 5, cap)
         b = plain_batch(r, h, 5000 + r + h)
         ref = reference(b)
         sms = dk._sm_count(b.q.device)
-        pick = dc.launch_tile(cfg, r, h, live_slots(b.n), sms, cap, b.n)
-        tiles = split_rule_tiles(r, h, cap, sms)
+        pick, tiles = split_rule_tiles(r, h, cap, sms)
         row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), sm_count=sms, tiles=[])
         for tile in tiles:
             out = torch.empty_like(b.q)

@@ -818,12 +818,12 @@ def test_split_rule_times_what_fits_beside_the_pick(capsys):
 
     shape = lambda t: (t.heads_per_cta, t.queries_per_cta, t.block_kv, t.kv_splits)  # noqa: E731
     # R = 6 x 16 heads: 16 x 1 would be 150 CTAs; 4 x N over 5 fits the SMs but not the clusters
-    tiles = [shape(t) for t in g.split_rule_tiles(6, 16, (9, 0), 132)]
-    assert tiles == [(4, 0, 32, 5), (4, 0, 64, 3), (8, 0, 64, 3), (8, 0, 64, 1)]
-    pick = g.dc.launch_tile(g.dc.select_tile_config(16, 5, (9, 0)), 6, 16, 133, 132, (9, 0), 5)
+    pick, tiles = g.split_rule_tiles(6, 16, (9, 0), 132)
+    assert [shape(t) for t in tiles] == [(4, 0, 32, 5), (4, 0, 64, 3), (8, 0, 64, 3), (8, 0, 64, 1)]
+    assert pick == g.dc.launch_tile(g.dc.select_tile_config(16, 5, (9, 0)), 6, 16, 133, 132, (9, 0), 5)
     assert shape(pick) == (4, 0, 64, 3)
     # the pick is timed even where it is no split tile (the KV-resident one at R = 256)
-    big = g.split_rule_tiles(256, 64, (9, 0), 132)
+    big = g.split_rule_tiles(256, 64, (9, 0), 132)[1]
     assert any(t.resident for t in big) and not any(t.kv_splits > 1 for t in big)
     with pytest.raises(SystemExit) as e:
         g.main(["rules", "--split-rule-sizes", "1x7"])

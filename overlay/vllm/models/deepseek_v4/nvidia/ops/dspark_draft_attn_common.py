@@ -548,14 +548,14 @@ def split_tiles(
             block_kv=block_kv,
         )
         tile = replace(tile, kv_splits=split_kv_splits(tile, live_slots, capability))
+        if tile.kv_splits == 1:
+            continue
         prefetch = replace(tile, merge_prefetch=True)
-        if tile.kv_splits > 1 and not tile_rule_violations(prefetch, num_queries):
+        if not tile_rule_violations(prefetch, num_queries):
             tile = prefetch
-        if (
-            tile.kv_splits > 1
-            and tile not in tiles
-            and not tile_rule_violations(tile, num_queries)
-        ):
+        elif tile_rule_violations(tile, num_queries):
+            continue
+        if tile not in tiles:
             tiles.append(tile)
     # Not the wide unsplit tile (_fill_wgmma_rows) over a cluster: 64 heads x
     # 1 query in 3 splits measured 39 us at R = 8 against 23 unsplit (H100

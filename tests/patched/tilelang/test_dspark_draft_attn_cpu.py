@@ -547,6 +547,9 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
     assert four["part_o"].data_ptr() == one["part_o"].data_ptr()  # one scratch, reused
     unsplit = launch(5, live_slots=133)
     assert unsplit["compile_key"].kv_splits == 1  # 40 clusters of 3: more than run at once
+    for bad in (0, -5, 193):  # a row holds at most its width
+        with pytest.raises(ValueError, match=rf"live_slots must be in 1\.\.192 \(the index width\), got {bad}"):
+            launch(1, live_slots=bad)
     big = launch(64)["compile_key"]  # 64 resident CTAs (1 wave) cost more than 320 streaming (3)
     assert big.kv_splits == 1 and not big.resident and big.heads_per_cta == 64
     huge = launch(256)["compile_key"]  # 2 resident waves against 10 streaming ones

@@ -1616,6 +1616,10 @@ def dspark_draft_attention(
     if capability is None:
         capability = _device_capability(q.device)
     width = indices.shape[-1]
+    if live_slots is not None and not 0 < live_slots <= width:
+        raise ValueError(
+            f"live_slots must be in 1..{width} (the index width), got {live_slots}"
+        )
     num_reqs = num_tokens // num_queries
     if num_reqs == 0:
         return out

@@ -50,7 +50,7 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "no_partial_store": [("part_o[part + split, m, d] = acc_o[m, d]", "pass")],
     "no_cluster_merge": [
         ("T.sync_threads()\n            T.cluster_sync()", "T.sync_threads()"),
-        ("merge_rows = -(-rows // kv_splits)", "merge_rows = 1"),
+        ("merge_rows = merge_slice_rows(rows, kv_splits, merge_prefetch)", "merge_rows = 1"),
     ],
 }
 

@@ -385,6 +385,14 @@ SWEEP_CONFIGS = tuple(
     # 64 / 16, the R = 1 default since, where over 6 its 20 clusters at 64 heads took 17.4)
     replace(dc.TileConfig(*c), merge_prefetch=True)
     for c in ((4, 32, 256, 1, 1, 64, False, 0, 5, True), (16, 32, 256, 1, 1, 64, False, 1, 5, True))
+) + tuple(
+    # 16 heads x 1 query on mma.sync (16 rows, not a 64-row wgmma tile padded from 16): a
+    # fourth of the MMA work and of the partial state's stores a warp; 128 threads for 32-token
+    # tiles over 5 CTAs, 256 for 64-token tiles over 3 (each warp >= 8 columns). Their merge
+    # slices run past the 16 rows, so the scratch grows to the slices (scratch_rows)
+    replace(dc.TileConfig(*c), merge_prefetch=prefetch)
+    for c in ((16, 32, 128, 1, 1, 16, False, 1, 5, True), (16, 64, 256, 1, 1, 16, False, 1, 3, True))
+    for prefetch in (False, True)
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass

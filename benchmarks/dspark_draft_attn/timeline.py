@@ -89,9 +89,9 @@ def stamped_source() -> str:
         src = src.replace(anchor, stamp + anchor)
     for old, new in (
         ("    part_ml,\n    num_heads: int,", "    part_ml,\n    stamps,\n    num_heads: int,"),
-        ("    part_ml: T.Tensor[[num_parts, 2, m_pad], T.float32]",
+        ("    part_ml: T.Tensor[[num_parts, 2, part_rows], T.float32]",
          f"    stamps: T.Tensor[[num_reqs, head_groups * q_groups * kv_splits, {SLOTS}], T.int64]  # type: ignore\n"
-         "    part_ml: T.Tensor[[num_parts, 2, m_pad], T.float32]"),
+         "    part_ml: T.Tensor[[num_parts, 2, part_rows], T.float32]"),
     ):
         if src.count(old) != 1:
             raise ValueError(f"timeline: {old!r} occurs {src.count(old)} times in the kernel")

@@ -334,6 +334,27 @@ def test_merge_prefetch_where_its_copies_fit():
     assert dc.tile_rule_violations(both, 5)
 
 
+def test_scratch_holds_every_merge_slice_the_prefetch_copies(kernel_module):
+    """16 heads x 1 query on mma.sync pads to 16 rows, but its merge over 5 splits takes 5
+    slices of 4 (3 of 6 over 3 splits): the merge_prefetch copy reads whole slices, so a split's
+    scratch rows grow to them, in the kernel's signature, the warm-up tensors and the wrapper's
+    scratch alike. A wgmma tile's 64 padded rows already hold every slice."""
+    mma = dc.TileConfig(16, 32, 128, 1, 1, 16, False, 1, 5, True, merge_prefetch=True)
+    assert dc.tile_rule_violations(mma, 5) == []
+    assert dc.scratch_rows(1, 16, 16, 5, True) == 20 and dc.scratch_rows(1, 16, 16, 5, False) == 16
+    assert dc.scratch_rows(1, 16, 16, 3, True) == 18
+    assert dc.scratch_rows(1, 16, 64, 5, True) == 64  # the wgmma 16 x 1 tile: 64 rows
+    assert dc.scratch_rows(7, 4, 64, 6, True) == 64  # 28 rows, 6-row slices x 6 = 36
+    assert kernel_module.scratch_shape(1, 16, 5, mma) == (25, 20)
+    owner = kernel_module.DSparkDraftAttnTileLangKernel()
+    key = owner.dispatch(
+        num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=dc.fp8_ds_mla_page_bytes(64),
+        scale=0.04, capability=(9, 0), tile=mma,
+    )
+    inputs = owner.warmup_inputs(key)
+    assert inputs["part_o"].shape == (1, 20, 512) and inputs["part_ml"].shape == (1, 2, 20)
+
+
 def test_timeline_stamps_edit_the_current_kernel():
     """timeline.py inserts clock stamps at anchor lines of the kernel's source; an anchor the
     kernel lost would raise on the GPU after the device time is spent."""

@@ -57,11 +57,13 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     dspark_live_slots,
     launch_ctas,
     launch_tile,
+    merge_slice_rows,
     padded_rows,
     query_groups,
     resident_kv,
     resident_passes,
     resident_tile,
+    scratch_rows,
     select_tile_config,
     split_tiles,
 )
@@ -135,10 +137,8 @@ def dspark_draft_attn_tilelang(
     m_pad = padded_rows(qpc, heads_per_cta, row_tile)
     assert not (dsmem_merge and q_groups > 1), "dsmem_merge takes all queries"
     # rows of the merge each CTA of a cluster writes
-    merge_rows = -(-rows // kv_splits)
-    if merge_prefetch:
-        # TileLang 0.1.12 finds no layout for an odd-row slice's copy (N = 7)
-        merge_rows += merge_rows % 2
+    merge_rows = merge_slice_rows(rows, kv_splits, merge_prefetch)
+    part_rows = scratch_rows(qpc, heads_per_cta, row_tile, kv_splits, merge_prefetch)
     # partial rows a split stores: up to the last live row's 16-row wgmma
     # slice, so the guard is uniform across each warp of the accumulator
     live_pad = -(-rows // 16) * 16
@@ -158,8 +158,8 @@ def dspark_draft_attn_tilelang(
     lens: T.Tensor[[num_reqs, num_queries], T.int32]  # type: ignore[no-redef,valid-type]
     attn_sink: T.Tensor[[num_heads], T.float32]  # type: ignore[no-redef,valid-type]
     out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
-    part_o: T.Tensor[[num_parts, m_pad, HEAD_DIM], T.float32]  # type: ignore[no-redef,valid-type]
-    part_ml: T.Tensor[[num_parts, 2, m_pad], T.float32]  # type: ignore[no-redef,valid-type]
+    part_o: T.Tensor[[num_parts, part_rows, HEAD_DIM], T.float32]  # type: ignore[no-redef,valid-type]
+    part_ml: T.Tensor[[num_parts, 2, part_rows], T.float32]  # type: ignore[no-redef,valid-type]
 
     # Head groups of one request are adjacent in launch order, so the request's
     # KV tiles are still in L2 when its other groups gather them. The splits
@@ -1244,7 +1244,13 @@ class DSparkDraftAttnTileLangKernel(
         key = compile_key
         n_tok = key.num_queries
         page = key.page_bytes
-        m_pad = padded_rows(key.queries_per_cta, key.heads_per_cta, key.row_tile)
+        part_rows = scratch_rows(
+            key.queries_per_cta,
+            key.heads_per_cta,
+            key.row_tile,
+            key.kv_splits,
+            key.merge_prefetch,
+        )
         return dict(
             q=make_tilelang_warmup_tensor(
                 torch.bfloat16, 1, key.num_queries, key.num_heads, HEAD_DIM
@@ -1258,8 +1264,8 @@ class DSparkDraftAttnTileLangKernel(
             out=make_tilelang_warmup_tensor(
                 torch.bfloat16, 1, key.num_queries, key.num_heads, HEAD_DIM
             ),
-            part_o=make_tilelang_warmup_tensor(torch.float32, 1, m_pad, HEAD_DIM),
-            part_ml=make_tilelang_warmup_tensor(torch.float32, 1, 2, m_pad),
+            part_o=make_tilelang_warmup_tensor(torch.float32, 1, part_rows, HEAD_DIM),
+            part_ml=make_tilelang_warmup_tensor(torch.float32, 1, 2, part_rows),
             compile_key=key,
         )
 
@@ -1511,9 +1517,9 @@ def _unsplit_placeholder(
 
 
 def _split_scratch(
-    device: torch.device, parts: int, m_pad: int
+    device: torch.device, parts: int, part_rows: int
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """part_o [parts, m_pad, 512] and part_ml [parts, 2, m_pad] views of the
+    """part_o [parts, part_rows, 512] and part_ml [parts, 2, part_rows] views of the
     device's scratch, allocated on the first split launch (vLLM's eager
     warm-up runs before any capture); None when it would have to grow inside
     a graph capture. An unsplit launch never touches it: parts == 1 gets a
@@ -1521,16 +1527,16 @@ def _split_scratch(
     R) never allocate the scratch. The views are kept per shape until the
     scratch grows (slicing and viewing it was ~5 us of an eager launch)."""
     if parts == 1:
-        return _unsplit_placeholder(device, m_pad)
+        return _unsplit_placeholder(device, part_rows)
     o, ml = _SPLIT_SCRATCH.get(device, (None, None))
-    hit = _SCRATCH_VIEWS.get((device, parts, m_pad))
+    hit = _SCRATCH_VIEWS.get((device, parts, part_rows))
     if hit is not None and hit[0] is o:
         return hit[1]
-    if o is None or ml is None or o.numel() < parts * m_pad * HEAD_DIM:
+    if o is None or ml is None or o.numel() < parts * part_rows * HEAD_DIM:
         if torch.cuda.is_current_stream_capturing():
             return None
         # launch_tile keeps a split launch's parts <= the SM count
-        rows = max(parts, _sm_count(device)) * m_pad
+        rows = max(parts, _sm_count(device)) * part_rows
         o = torch.empty(rows * HEAD_DIM, dtype=torch.float32, device=device)
         ml = torch.empty(2 * rows, dtype=torch.float32, device=device)
         _SPLIT_SCRATCH[device] = (o, ml)
@@ -1538,10 +1544,10 @@ def _split_scratch(
         for stale in [k for k in _SCRATCH_VIEWS if k[0] == device]:
             del _SCRATCH_VIEWS[stale]
     views = (
-        o[: parts * m_pad * HEAD_DIM].view(parts, m_pad, HEAD_DIM),
-        ml[: parts * 2 * m_pad].view(parts, 2, m_pad),
+        o[: parts * part_rows * HEAD_DIM].view(parts, part_rows, HEAD_DIM),
+        ml[: parts * 2 * part_rows].view(parts, 2, part_rows),
     )
-    _SCRATCH_VIEWS[(device, parts, m_pad)] = (o, views)
+    _SCRATCH_VIEWS[(device, parts, part_rows)] = (o, views)
     return views
 
 
@@ -1553,7 +1559,13 @@ def scratch_shape(
     parts = launch_ctas(tile, num_reqs, num_heads, num_queries)
     return (
         parts if tile.kv_splits > 1 else 1,
-        padded_rows(cta_queries(num_queries, tile), tile.heads_per_cta, tile.row_tile),
+        scratch_rows(
+            cta_queries(num_queries, tile),
+            tile.heads_per_cta,
+            tile.row_tile,
+            tile.kv_splits,
+            tile.merge_prefetch,
+        ),
     )
 
 

@@ -393,6 +393,10 @@ SWEEP_CONFIGS = tuple(
     replace(dc.TileConfig(*c), merge_prefetch=prefetch)
     for c in ((16, 32, 128, 1, 1, 16, False, 1, 5, True), (16, 64, 256, 1, 1, 16, False, 1, 3, True))
     for prefetch in (False, True)
+) + (
+    # the same with a thread's two rows reduced together, and 4 heads x N (20 rows, padded to 32)
+    dc.TileConfig(16, 32, 128, 1, 2, 16, False, 1, 5, True, merge_prefetch=True),
+    dc.TileConfig(4, 32, 128, 1, 1, 16, False, 0, 5, True, merge_prefetch=True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass

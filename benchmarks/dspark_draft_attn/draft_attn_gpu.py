@@ -397,6 +397,10 @@ SWEEP_CONFIGS = tuple(
     # the same with a thread's two rows reduced together, and 4 heads x N (20 rows, padded to 32)
     dc.TileConfig(16, 32, 128, 1, 2, 16, False, 1, 5, True, merge_prefetch=True),
     dc.TileConfig(4, 32, 128, 1, 1, 16, False, 0, 5, True, merge_prefetch=True),
+    # wider heads x 1 query over 5 CTAs for 64 heads at R = 1-2: half or a fourth of the 16 x 1
+    # tile's CTAs, more rows a merge (64 x 1: 14-row slices, the scratch's 70 rows)
+    dc.TileConfig(32, 32, 256, 1, 1, 64, False, 1, 5, True, merge_prefetch=True),
+    dc.TileConfig(64, 32, 256, 1, 1, 64, False, 1, 5, True, merge_prefetch=True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass

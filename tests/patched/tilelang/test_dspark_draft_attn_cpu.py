@@ -319,7 +319,9 @@ def test_merge_prefetch_where_its_copies_fit():
         tiles = dc.split_tiles(cfg, 133, (9, 0), n, 64)
         return {(t.heads_per_cta, t.block_kv): t.merge_prefetch for t in tiles}
 
-    assert prefetching(5) == prefetching(7) == {(16, 32): True, (4, 32): True, (4, 64): True, (8, 64): True}
+    assert prefetching(5) == prefetching(7) == {
+        (16, 32): True, (32, 32): True, (4, 32): True, (4, 64): True, (8, 64): True
+    }
     assert dc._tile_smem_bytes(7, dc.split_tiles(dc.select_tile_config(64, 7, (9, 0)), 133, (9, 0), 7, 64)[-1]) == (
         dc.smem_bytes(7, 8, 64, 1, 64)
     )
@@ -438,13 +440,14 @@ def test_wide_head_groups_fill_the_wgmma_tile():
         assert dc.tile_rule_violations(cfg, n) == []
         rows = dc.padded_rows(dc.cta_queries(n, cfg), cfg.heads_per_cta, cfg.row_tile)
         assert rows == 64 and rows * dc.HEAD_DIM // cfg.threads <= 128
-        # split launches: 16 heads x 1 query where 16 divide the heads, then the 4 / 8-head tiles
-        # with all of the request's queries (the wide tile over a cluster of 3 measured 39 us at
-        # R = 8 against 23 unsplit, H100 run 33)
+        # split launches: 16, then 32 heads x 1 query where they divide the heads, then the 4 /
+        # 8-head tiles with all of the request's queries (the wide tile over a cluster of 3
+        # measured 39 us at R = 8 against 23 unsplit, H100 run 33)
         tiles = dc.split_tiles(cfg, 133, (9, 0), n, h)
+        one_query = [(16, 1, 32), (32, 1, 32)][: {64: 2, 32: 2, 16: 1, 8: 0}[h]]
         assert [(t.heads_per_cta, t.queries_per_cta, t.block_kv) for t in tiles] == [
-            (16, 1, 32), (4, 0, 32), (4, 0, 64), (8, 0, 64)
-        ][h == 8 :]
+            *one_query, (4, 0, 32), (4, 0, 64), (8, 0, 64)
+        ]
     assert all(dc.select_tile_config(h, 5, (9, 0)).queries_per_cta == 0 for h in (16, 8))
     for h in (64, 32, 16, 8):
         sm12x = dc.select_tile_config(h, 5, (12, 0))
@@ -468,15 +471,15 @@ def test_launch_tile_takes_the_finest_split_that_fits():
     got = {r: shape(dc.launch_tile(cfg, r, 64, live, 132, (9, 0), 5)) for r in (1, 2, 3, 5, 6, 64)}
     assert got == {
         1: (16, 1, 32, 5),  # 100 CTAs, 20 clusters of 5 (H100 run 46: 9.7 us against 10.7-11.3)
-        2: (4, 5, 64, 3),  # 16 x 1: 200 CTAs; 4 x 5, 32-token: 160
+        2: (32, 1, 32, 5),  # 16 x 1: 40 clusters of 5; 32 x 1: 20 (H100 run 49: 12.35 us)
         3: (8, 5, 64, 3),  # 4 heads: 48 clusters of 3, more than the 39 that run at once
         5: (64, 1, 64, 1),  # 8 heads: 40 clusters of 3: unsplit, 5 CTAs a request
         6: (64, 1, 64, 1),
         64: (64, 1, 64, 1),
     }
     # with the width as the live slots, 16 x 1 over 6 CTAs is 20 clusters of 6, more than run at
-    # once (H100 runs 44 / 46: 17.2-17.4 us): 4 heads x N over 6 (16 clusters), as before run 46
-    assert shape(dc.launch_tile(cfg, 1, 64, 192, 132, (9, 0), 5)) == (4, 5, 32, 6)
+    # once (H100 runs 44 / 46: 17.2-17.4 us): 32 x 1 over 6 (10 clusters; not timed)
+    assert shape(dc.launch_tile(cfg, 1, 64, 192, 132, (9, 0), 5)) == (32, 1, 32, 6)
     res = dc.resident_tile(cfg, 64, 5)
     assert dc.tile_rule_violations(res, 5) == [] and dc.tile_rule_violations(res, 7) == []
     cfg = dc.select_tile_config(16, 5, (9, 0))  # 8 heads x 5 queries: 2 CTAs a request
@@ -490,9 +493,14 @@ def test_launch_tile_takes_the_finest_split_that_fits():
         10: (8, 5, 64, 3), 19: (8, 5, 64, 3),  # 4 x 5, 64-token: 40 of 3 > 39 (R = 11: 23.4 / 14.4)
         20: (8, 5, 64, 1),  # 40 clusters of 3: unsplit (R = 21: 27.4 against 22.6)
     }
-    # N = 7 at 64 heads: 16 x 1 would be 140 CTAs
+    # N = 7 at 64 heads: 16 x 1 would be 140 CTAs; 32 x 1 is 70, 14 clusters
     n7 = dc.launch_tile(dc.select_tile_config(64, 7, (9, 0)), 1, 64, 135, 132, (9, 0), 7)
-    assert (n7.heads_per_cta, n7.queries_per_cta, n7.block_kv, n7.kv_splits) == (4, 0, 32, 5)
+    assert (n7.heads_per_cta, n7.queries_per_cta, n7.block_kv, n7.kv_splits) == (32, 1, 32, 5)
+    # 32 heads: 16 x 1 to R = 2 (20 clusters), then 32 x 1 to R = 4
+    at32 = dc.select_tile_config(32, 5, (9, 0))
+    assert [shape(dc.launch_tile(at32, r, 32, live, 132, (9, 0), 5))[:2] for r in (2, 3, 4, 5)] == [
+        (16, 1), (32, 1), (32, 1), (8, 5)
+    ]
     # 8 heads: no 16-head tile
     assert dc.launch_tile(dc.select_tile_config(8, 5, (9, 0)), 1, 8, live, 132, (9, 0), 5).heads_per_cta == 4
     # a 2-tile index row (a shorter window): 4 32-token splits
@@ -558,10 +566,10 @@ def test_wrapper_splits_small_batches_into_one_scratch(kernel_module, monkeypatc
     assert (key.kv_splits, key.heads_per_cta, key.queries_per_cta, key.block_kv) == (5, 16, 1, 32)
     assert one["part_o"].shape == (100, 64, 512) and one["part_ml"].shape == (100, 2, 64)
     # without live_slots, the width (192): 6 tiles, 16 x 1 over 6 would be 20 clusters of 6 (17
-    # run at once), so 16 groups of 4 heads x all queries x 6 splits
+    # run at once), so 2 groups of 32 heads x 5 query groups x 6 splits
     wide = launch(1)
-    assert (wide["compile_key"].kv_splits, wide["compile_key"].heads_per_cta) == (6, 4)
-    assert wide["part_o"].shape == (96, 64, 512)
+    assert (wide["compile_key"].kv_splits, wide["compile_key"].heads_per_cta) == (6, 32)
+    assert wide["part_o"].shape == (60, 64, 512)
     four = launch(4, live_slots=133)  # 192 CTAs of 4 heads would not fit: 8 heads a CTA
     assert four["compile_key"].kv_splits == 3 and four["compile_key"].heads_per_cta == 8
     assert four["part_o"].shape == (96, 64, 512)

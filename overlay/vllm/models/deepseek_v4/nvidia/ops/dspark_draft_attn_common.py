@@ -535,12 +535,16 @@ def co_resident_clusters(sm_count: int, cluster_size: int) -> int:
 #   tile), faster at every R = 1-4 measured; over 6 CTAs (20 clusters at 64
 #   heads, more than run at once) 17.4. Only where 16 heads divide the
 #   layer's (8 heads: unmeasured).
+# - 32 heads x 1 query, the same tiles: where 16 x 1 has more clusters than
+#   run at once. H100 run 49, R = 2 x 64 heads: 12.35 us against 13.4 for
+#   the 4 heads x N 64-token tile taken before (run 47; 18.2 for 16 x 1's 40
+#   clusters); slower than 16 x 1 where that fits (R = 1: 10.1 against 9.6).
 # - 4 heads x N, 32-token tiles: the R = 1 default of runs 24-45 (6 CTAs;
 #   5, one a live tile, measured the same or up to 4 % faster in run 46).
 # - 4 heads x N, then 8 heads x N, 64-token tiles over 3 CTAs: R = 2 at 64
 #   heads and R = 8 at 16 (H200 run 24: 15.4-15.5 and 16.3 us; run 46: 13.4
 #   against 17.8 for the 16 x 1 tile's 200 CTAs).
-SPLIT_TILES = ((16, 32, 1), (4, 32, 0), (4, 64, 0), (8, 64, 0))
+SPLIT_TILES = ((16, 32, 1), (32, 32, 1), (4, 32, 0), (4, 64, 0), (8, 64, 0))
 
 
 def split_tiles(

@@ -537,8 +537,9 @@ def co_resident_clusters(sm_count: int, cluster_size: int) -> int:
 #   layer's (8 heads: unmeasured).
 # - 32 heads x 1 query, the same tiles: where 16 x 1 has more clusters than
 #   run at once. H100 run 49, R = 2 x 64 heads: 12.35 us against 13.4 for
-#   the 4 heads x N 64-token tile taken before (run 47; 18.2 for 16 x 1's 40
-#   clusters); slower than 16 x 1 where that fits (R = 1: 10.1 against 9.6).
+#   the 4 heads x N 64-token tile taken before (runs 46-47; across runs, not
+#   in one; 18.2 for 16 x 1's 40 clusters); slower than 16 x 1 where that
+#   fits (R = 1: 10.1 against 9.6). Not timed: R = 3-4 x 32 heads and N = 7.
 # - 4 heads x N, 32-token tiles: the R = 1 default of runs 24-45 (6 CTAs;
 #   5, one a live tile, measured the same or up to 4 % faster in run 46).
 # - 4 heads x N, then 8 heads x N, 64-token tiles over 3 CTAs: R = 2 at 64

@@ -1117,20 +1117,22 @@ def main(argv: list[str] | None = None) -> int:
             print("smoke", json.dumps({k: c.get(k) for k in keys}), flush=True)
         save()
         return 0 if all(c["ok"] for c in cases[:gating]) else 1
-    def compile_first(what: str, skip=()) -> list[Any]:
+
+    def compile_ahead(what: str, report: str, skip=frozenset()) -> list[Any]:
+        """Compile what a run of `what` needs but `skip`; the keys compiled."""
+        if a.compile_procs <= 0:
+            return []
         keys = [k for k in precompile_keys(what, a.quick, configs, a.ws, sizes if what == "eager" else (),
                                            split_rule_sizes) if k not in skip]
-        if a.compile_procs > 0:
-            rep["precompile" if not skip else "precompile_rest"] = pc = precompile(keys, a.compile_procs)
-            print(f"precompiled {pc['keys']} kernels in {pc['seconds']} s ({len(pc['errors'])} errors)",
-                  flush=True)
-            save()
+        rep[report] = pc = precompile(keys, a.compile_procs)
+        print(f"precompiled {pc['keys']} kernels in {pc['seconds']} s ({len(pc['errors'])} errors)", flush=True)
+        save()
         return keys
 
     # `all` compiles the check's kernels, checks, then compiles the rest: a run its time cap cuts
     # short still has its correctness verdict (H100 run 50: compiling all of them first took the
     # whole 123 s cap, and nothing was checked)
-    compiled = compile_first("check" if a.what == "all" else a.what)
+    compiled = compile_ahead("check" if a.what == "all" else a.what, "precompile")
     if a.what == "eager":
         rep["eager"] = ea = eager(sizes, on_row=lambda rows: (rep.update(eager=dict(rows=rows)), save()))
         for row in ea["rows"]:
@@ -1155,7 +1157,7 @@ def main(argv: list[str] | None = None) -> int:
             print_correctness("correctness (warp-specialised)", ws)
             save()
     if a.what == "all":
-        compile_first("all", skip=set(compiled))
+        compile_ahead("all", "precompile_rest", skip=set(compiled))
     if a.what in ("bench", "all"):
         rep["benchmark"] = bm = benchmark(
             a.quick, on_row=lambda rows: (rep.update(benchmark=dict(rows=rows)), save()), ws=a.ws

@@ -970,3 +970,6 @@ def test_all_compiles_and_runs_the_check_before_the_rest(monkeypatch, tmp_path):
     steps.clear()
     assert g.main(["check", "--json", str(out)]) == 0
     assert steps == [("compile", ["unsplit", "split"]), ("check",)]
+    steps.clear()  # --compile-procs 0: each kernel compiles as it is first launched
+    assert g.main(["all", "--compile-procs", "0", "--json", str(out)]) == 0
+    assert steps == [("check",), ("bench",), ("sweep",)]

@@ -1220,8 +1220,7 @@ class DSparkDraftAttnTileLangKernel(
         width = dspark_index_width(window_size, num_queries)
         live_slots = dspark_live_slots(window_size, num_queries)
         cfg = select_tile_config(num_heads, num_queries, capability)
-        split = split_tiles(cfg, live_slots, capability, num_queries, num_heads)
-        tiles = [cfg, *split]
+        tiles = [cfg, *split_tiles(cfg, live_slots, capability, num_queries, num_heads)]
         if resident_kv(cfg, capability):
             resident = resident_tile(cfg, num_heads, num_queries)
             if resident_passes(resident, num_queries) > 1:

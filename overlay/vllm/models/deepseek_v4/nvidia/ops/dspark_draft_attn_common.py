@@ -536,10 +536,11 @@ def co_resident_clusters(sm_count: int, cluster_size: int) -> int:
 #   heads, more than run at once) 17.4. Only where 16 heads divide the
 #   layer's (8 heads: unmeasured).
 # - 32 heads x 1 query, the same tiles: where 16 x 1 has more clusters than
-#   run at once. H100 run 49, R = 2 x 64 heads: 12.35 us against 13.4 for
-#   the 4 heads x N 64-token tile taken before (runs 46-47; across runs, not
-#   in one; 18.2 for 16 x 1's 40 clusters); slower than 16 x 1 where that
-#   fits (R = 1: 10.1 against 9.6). Not timed: R = 3-4 x 32 heads and N = 7.
+#   run at once. H100 run 52, one run: R = 2 x 64 heads 12.4 us against
+#   13.1-13.5 for the 4 and 8 heads x N 64-token tiles; R = 3 x 32 11.4
+#   against 12.5; R = 4 x 32 12.7 against 13.2; slower than 16 x 1 where that
+#   fits (R = 2 x 32: 10.4 against 9.8; R = 1: 10.1 against 9.6, run 49).
+#   Not timed: the N = 7 picks.
 # - 4 heads x N, 32-token tiles: the R = 1 default of runs 24-45 (6 CTAs;
 #   5, one a live tile, measured the same or up to 4 % faster in run 46).
 # - 4 heads x N, then 8 heads x N, 64-token tiles over 3 CTAs: R = 2 at 64

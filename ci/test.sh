@@ -34,6 +34,13 @@ ensure_venv() {
     fi
 }
 
+# the venv plus what tools/apply.py and ci/install.py import (ci/requirements/install.txt) and
+# any further requirement files: every stage must run alone on a fresh venv and an empty cache
+ensure_deps() {
+    ensure_venv
+    "$PY" -m pip install --quiet -r ci/requirements/install.txt "$@"
+}
+
 # pytest with exit 5 (nothing collected) accepted only where the suite may be empty
 run_pytest() {
     local may_be_empty=$1 label=$2; shift 2
@@ -47,9 +54,8 @@ run_pytest() {
 }
 
 lint() {
-    ensure_venv
+    ensure_deps -r ci/requirements/lint.txt
     step "lint"
-    "$PY" -m pip install --quiet -r ci/requirements/lint.txt -r ci/requirements/install.txt
     "$VENV/bin/check-jsonschema" --builtin-schema vendor.github-workflows ci/workflows/*.yml
     "$VENV/bin/zizmor" --offline --no-progress ci/workflows/*.yml
     # the project's own Python (tools/, ci/, tests/, benchmarks/): settings in pyproject.toml
@@ -63,10 +69,8 @@ lint() {
 }
 
 tool() {
-    ensure_venv
+    ensure_deps -r ci/requirements/test.txt -r ci/requirements/build.txt
     step "tier 1: the tool"
-    "$PY" -m pip install --quiet -r ci/requirements/install.txt -r ci/requirements/test.txt \
-        -r ci/requirements/build.txt
     "$PY" tools/apply.py --check
     # shared helpers have real module names: one pytest call collects every tool-side directory
     "$PY" -m pytest -q --collect-only tests/tool tests/integration | tail -n 1
@@ -74,7 +78,7 @@ tool() {
 }
 
 cpu() {
-    ensure_venv
+    ensure_deps
     step "tier 2: apply to the pinned base"
     "$PY" tools/apply.py
     step "tier 2: install build/vllm (Python-only route)"
@@ -93,7 +97,7 @@ cpu() {
 }
 
 wheel() {
-    ensure_venv
+    ensure_deps -r ci/requirements/build.txt
     [ -d "$TREE" ] || "$PY" tools/apply.py
     step "wheel: Python-only"
     rm -rf build/dist
@@ -102,7 +106,7 @@ wheel() {
 }
 
 precompiled() {
-    ensure_venv
+    ensure_deps -r ci/requirements/build.txt
     [ -d "$TREE" ] || "$PY" tools/apply.py
     step "wheel: precompiled (upstream's CUDA binaries)"
     "$PY" ci/build_wheel.py "$TREE" --variant precompiled --out build/dist-precompiled \

@@ -96,17 +96,51 @@ def third_party_imports(scripts: list[Path]) -> dict[str, str]:
     return found
 
 
-def test_build_sh_declares_what_its_scripts_import():
-    req_file, scripts = build_sh_plan()
-    assert {s.relative_to(ROOT).as_posix() for s in scripts} >= {"tools/apply.py", "ci/install.py"}
-    have = declared(req_file)
+def stage_plans() -> dict[str, tuple[list[Path], list[Path]]]:
+    """Each stage of ci/test.sh -> (the requirement files it installs, the project scripts it runs)."""
+    text = (ROOT / "ci" / "test.sh").read_text()
+    names = re.search(r"^\s*(\w+(?: \| \w+)+)\)", text, re.M).group(1).split(" | ")
+    plans = {}
+    for name in names:
+        body = re.search(rf"^{name}\(\) {{\n(.*?)^}}", text, re.M | re.S).group(1)
+        first = body.splitlines()[0].strip()
+        # a stage that starts elsewhere would run its scripts on whatever an earlier stage installed
+        assert first.startswith("ensure_deps"), f"ci/test.sh: stage {name} starts with {first!r}"
+        reqs = [ROOT / "ci/requirements/install.txt"] + [ROOT / r for r in re.findall(r"-r (\S+)", first)]
+        scripts = re.findall(r'"\$PY" ((?:ci|tools)/\S+\.py)', body)
+        plans[name] = (reqs, [ROOT / s for s in scripts])
+    return plans
+
+
+def undeclared(req_files: list[Path], scripts: list[Path]) -> list[str]:
+    have = set().union(*(declared(r) for r in req_files))
     dists = importlib.metadata.packages_distributions()
     missing = []
     for module, where in sorted(third_party_imports(scripts).items()):
         names = {canonicalize_name(d) for d in dists.get(module, [module])}
         if not names & have:
             missing.append(f"{module} (imported by {where}; distribution {', '.join(sorted(names))})")
+    return missing
+
+
+def test_build_sh_declares_what_its_scripts_import():
+    req_file, scripts = build_sh_plan()
+    assert {s.relative_to(ROOT).as_posix() for s in scripts} >= {"tools/apply.py", "ci/install.py"}
+    missing = undeclared([req_file], scripts)
     assert not missing, f"{req_file.relative_to(ROOT)} lacks: " + "; ".join(missing)
+
+
+def test_each_test_sh_stage_installs_what_its_scripts_import():
+    """`bash ci/test.sh cpu` alone on a fresh venv once stopped at ci/install.py (`packaging`):
+    only the lint and tool stages installed ci/requirements/install.txt, and the default order
+    hid it. Every stage now installs what the scripts it runs import, before running them."""
+    plans = stage_plans()
+    assert {"lint", "tool", "cpu", "wheel", "precompiled"} <= set(plans)
+    assert ROOT / "ci/install.py" in plans["cpu"][1] and ROOT / "ci/build_wheel.py" in plans["wheel"][1]
+    for name, (reqs, scripts) in plans.items():
+        missing = undeclared(reqs, scripts)
+        assert not missing, f"ci/test.sh stage {name} installs {[r.name for r in reqs]}, lacking: " + "; ".join(
+            missing)
 
 
 def test_the_check_sees_lazy_imports(tmp_path, monkeypatch):

@@ -246,9 +246,9 @@ def make_batch(
     return Batch(pool, q, sink.to(DEV), idx, lens, **b, n=n, width=width, uniq_slots=uniq, idx_src=src)
 
 
-def plain_batch(r: int, h: int, seed: int) -> Batch:
-    """A timing batch: N=5, long contexts, no padding rows or clamping, ordinary sinks."""
-    return make_batch(r, h, 5, seed, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
+def plain_batch(r: int, h: int, seed: int, n: int = 5) -> Batch:
+    """A timing batch: N=5 unless said, long contexts, no padding rows or clamping, ordinary sinks."""
+    return make_batch(r, h, n, seed, padding=False, clamp=False, short_ctx=False, sink_kind="normal")
 
 
 def run_kernel(b: Batch, out: torch.Tensor, capability: tuple[int, int] | None = None,
@@ -449,12 +449,13 @@ def _compile_key(key: Any) -> None:
     dk._DSPARK_DRAFT_ATTN_TILELANG_KERNEL.compile(key)
 
 
-def split_rule_tiles(r: int, h: int, cap: tuple[int, int], sms: int) -> tuple[dc.TileConfig, list[dc.TileConfig]]:
-    """(launch_tile's pick, what split_rule times) at (R, heads), N = 5: the split tiles whose
-    CTAs fit, the unsplit tile and the pick."""
-    cfg = dc.select_tile_config(h, 5, cap)
-    pick = dc.launch_tile(cfg, r, h, live_slots(5), sms, cap, 5)
-    tiles = [t for t in dc.split_tiles(cfg, live_slots(5), cap, 5, h) if dc.launch_ctas(t, r, h, 5) <= sms]
+def split_rule_tiles(r: int, h: int, cap: tuple[int, int], sms: int,
+                     n: int = 5) -> tuple[dc.TileConfig, list[dc.TileConfig]]:
+    """(launch_tile's pick, what split_rule times) at (R, heads, N): the split tiles whose CTAs
+    fit, the unsplit tile and the pick."""
+    cfg = dc.select_tile_config(h, n, cap)
+    pick = dc.launch_tile(cfg, r, h, live_slots(n), sms, cap, n)
+    tiles = [t for t in dc.split_tiles(cfg, live_slots(n), cap, n, h) if dc.launch_ctas(t, r, h, n) <= sms]
     return pick, tiles + [t for t in (replace(cfg, kv_splits=1), pick) if t not in tiles]
 
 
@@ -489,7 +490,7 @@ def precompile_keys(what: str, quick: bool, sweep_configs=SWEEP_CONFIGS, ws: boo
         keys += [compile_key(h, 5, c) for h in (64, 16) for c in sweep_configs if h % c.heads_per_cta == 0]
     if what == "rules":  # the tiles split_rule times
         sms = dk._sm_count(torch.device("cuda", 0))
-        keys += [compile_key(h, 5, t) for r, h in rule_sizes for t in split_rule_tiles(r, h, cap, sms)[1]]
+        keys += [compile_key(h, n, t) for r, h, n in rule_sizes for t in split_rule_tiles(r, h, cap, sms, n)[1]]
     return list(dict.fromkeys(keys))
 
 
@@ -977,18 +978,18 @@ def resident_rule(sizes, on_row=None) -> dict[str, Any]:
 
 
 def split_rule(sizes, on_row=None) -> dict[str, Any]:
-    """launch_tile's split rule against the clock: per (R, heads), N = 5, every split tile
+    """launch_tile's split rule against the clock: per (R, heads, N), every split tile
     split_tiles offers whose CTAs fit the SMs and the unsplit tile, each checked against the
     reference and timed (graph, cold L2; the pick twice, A-vs-A), beside the tile the rule
     picks. SM90 only (split_kv_splits)."""
     cap = torch.cuda.get_device_capability(0)
     rows = []
-    for r, h in sizes:
-        b = plain_batch(r, h, 5000 + r + h)
+    for r, h, n in sizes:
+        b = plain_batch(r, h, 5000 + r + h, n)
         ref = reference(b)
         sms = dk._sm_count(b.q.device)
-        pick, tiles = split_rule_tiles(r, h, cap, sms)
-        row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), sm_count=sms, tiles=[])
+        pick, tiles = split_rule_tiles(r, h, cap, sms, n)
+        row: dict[str, Any] = dict(R=r, H=h, N=n, floor_us=floor_us(b, h), sm_count=sms, tiles=[])
         for tile in tiles:
             out = torch.empty_like(b.q)
             fn = lambda b=b, out=out, tile=tile: run_kernel(b, out, tile=tile)  # noqa: E731
@@ -1010,7 +1011,7 @@ def split_rule(sizes, on_row=None) -> dict[str, Any]:
             row["aa_spread"], 0.02
         )
         rows.append(row)
-        print(json.dumps({k: row[k] for k in ("R", "H", "picked_us", "fastest_us", "rule_right")}),
+        print(json.dumps({k: row[k] for k in ("R", "H", "N", "picked_us", "fastest_us", "rule_right")}),
               file=sys.stderr, flush=True)
         if on_row is not None:
             on_row(rows)
@@ -1066,7 +1067,8 @@ def main(argv: list[str] | None = None) -> int:
                          "sizes beside launch_tile's pick (resident_pays)")
     ap.add_argument("--split-rule-sizes",
                     help="with bench, rules or all: time every split tile that fits and the unsplit one at "
-                         "these RxH sizes beside launch_tile's pick (SPLIT_TILES, co_resident_clusters)")
+                         "these RxH (N = 5) or RxHxN sizes beside launch_tile's pick (SPLIT_TILES, "
+                         "co_resident_clusters)")
     ap.add_argument("--ws", action="store_true",
                     help="also check and time the warp-specialised SM90 kernel (not the default)")
     ap.add_argument("--compile-procs", type=int, default=min(16, os.cpu_count() or 1),
@@ -1076,18 +1078,21 @@ def main(argv: list[str] | None = None) -> int:
         configs = tuple(SWEEP_CONFIGS[int(i)] for i in a.configs.split(",")) if a.configs else SWEEP_CONFIGS
     except (ValueError, IndexError):
         ap.error(f"--configs {a.configs!r}: comma-separated indices 0-{len(SWEEP_CONFIGS) - 1} of SWEEP_CONFIGS")
-    def parse_sizes(flag: str, text: str | None, default):
+    def parse_sizes(flag: str, text: str | None, default, with_n: bool = False):
+        """RxH sizes; with_n: RxH or RxHxN (N 5 or 7, the matrix's), as (R, H, N), N = 5 unless given."""
         try:
             sizes = tuple(tuple(map(int, s.split("x"))) for s in text.split(",")) if text else default
-            if any(len(s) != 2 or s[0] < 1 or s[1] % 8 for s in sizes):
+            if any(len(s) not in ((2, 3) if with_n else (2,)) or s[0] < 1 or s[1] % 8 or s[2:] not in ((), (5,), (7,))
+                   for s in sizes):
                 raise ValueError
         except ValueError:
-            ap.error(f"{flag} {text!r}: comma-separated RxH, R >= 1, H a multiple of 8 (e.g. 1x64,8x16)")
-        return sizes
+            ap.error(f"{flag} {text!r}: comma-separated RxH{' or RxHxN (N 5 or 7)' if with_n else ''}, R >= 1, "
+                     "H a multiple of 8 (e.g. 1x64,8x16)")
+        return tuple((*s, 5) if with_n and len(s) == 2 else s for s in sizes)
 
     sizes = parse_sizes("--sizes", a.sizes, SWEEP_SIZES)
     rule_sizes = parse_sizes("--rule-sizes", a.rule_sizes, ())
-    split_rule_sizes = parse_sizes("--split-rule-sizes", a.split_rule_sizes, ())
+    split_rule_sizes = parse_sizes("--split-rule-sizes", a.split_rule_sizes, (), with_n=True)
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
@@ -1193,7 +1198,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for row in rep["split_rule"]["rows"]:
             for t in row["tiles"]:
-                print(f"R={row['R']:4d} H={row['H']:2d}  {t['heads_per_cta']:2d} heads x {t['queries_per_cta']} "
+                print(f"R={row['R']:4d} H={row['H']:2d} N={row['N']}  "
+                      f"{t['heads_per_cta']:2d} heads x {t['queries_per_cta']} "
                       f"queries, {t['block_kv']}-token tiles over {t['kv_splits']} ({t['clusters']} clusters): "
                       f"{t['graph_cold_us']:6.1f} us{'  <- rule' if t['picked'] else ''}"
                       f"{'' if t['ok'] else '  WRONG'}")

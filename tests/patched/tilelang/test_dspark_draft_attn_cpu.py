@@ -858,9 +858,15 @@ def test_split_rule_times_what_fits_beside_the_pick(capsys):
     # the pick is timed even where it is no split tile (the KV-resident one at R = 256)
     big = g.split_rule_tiles(256, 64, (9, 0), 132)[1]
     assert any(t.resident for t in big) and not any(t.kv_splits > 1 for t in big)
-    with pytest.raises(SystemExit) as e:
-        g.main(["rules", "--split-rule-sizes", "1x7"])
-    assert e.value.code == 2 and "--split-rule-sizes '1x7'" in capsys.readouterr().err
+    # N = 7: R = 1 x 64 heads takes 32 x 1 (16 x 1 would be 4 x 7 x 5 = 140 CTAs), timed beside
+    # the other split tiles and the unsplit one; at N = 5 it takes 16 x 1
+    pick7, tiles7 = g.split_rule_tiles(1, 64, (9, 0), 132, 7)
+    assert shape(pick7) == (32, 1, 32, 5) and shape(g.split_rule_tiles(1, 64, (9, 0), 132)[0]) == (16, 1, 32, 5)
+    assert [shape(t) for t in tiles7] == [(32, 1, 32, 5), (4, 0, 32, 5), (4, 0, 64, 3), (8, 0, 64, 3), (64, 1, 64, 1)]
+    for bad in ("1x7", "1x64x6", "1x64x7x1"):
+        with pytest.raises(SystemExit) as e:
+            g.main(["rules", "--split-rule-sizes", bad])
+        assert e.value.code == 2 and f"--split-rule-sizes {bad!r}" in capsys.readouterr().err
 
 
 def test_kv_resident_tile_rules():

@@ -99,15 +99,23 @@ def third_party_imports(scripts: list[Path]) -> dict[str, str]:
 def stage_plans() -> dict[str, tuple[list[Path], list[Path]]]:
     """Each stage of ci/test.sh -> (the requirement files it installs, the project scripts it runs)."""
     text = (ROOT / "ci" / "test.sh").read_text()
+
+    def body(function: str) -> str:
+        return re.search(rf"^{function}\(\) {{\n(.*?)^}}", text, re.M | re.S).group(1)
+
+    def requirement_files(line: str) -> list[Path]:
+        return [ROOT / r for r in re.findall(r"-r (\S+)", line)]
+
+    always = requirement_files(body("ensure_deps"))  # what every stage gets
     names = re.search(r"^\s*(\w+(?: \| \w+)+)\)", text, re.M).group(1).split(" | ")
     plans = {}
     for name in names:
-        body = re.search(rf"^{name}\(\) {{\n(.*?)^}}", text, re.M | re.S).group(1)
-        first = body.splitlines()[0].strip()
+        stage = body(name)
+        first = stage.splitlines()[0].strip()
         # a stage that starts elsewhere would run its scripts on whatever an earlier stage installed
         assert first.startswith("ensure_deps"), f"ci/test.sh: stage {name} starts with {first!r}"
-        reqs = [ROOT / "ci/requirements/install.txt"] + [ROOT / r for r in re.findall(r"-r (\S+)", first)]
-        scripts = re.findall(r'"\$PY" ((?:ci|tools)/\S+\.py)', body)
+        reqs = always + requirement_files(first)
+        scripts = re.findall(r'"\$PY" ((?:ci|tools)/\S+\.py)', stage)
         plans[name] = (reqs, [ROOT / s for s in scripts])
     return plans
 

@@ -306,11 +306,6 @@ def scratch_rows(
     return max(m_pad, merge_slice_rows(rows, kv_splits, True) * kv_splits)
 
 
-def _merge_slice_rows(num_queries: int, cfg: TileConfig) -> int:
-    rows = cta_queries(num_queries, cfg) * cfg.heads_per_cta
-    return merge_slice_rows(rows, cfg.kv_splits, cfg.merge_prefetch)
-
-
 def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
     if cfg.resident:
         return resident_smem_bytes(cfg, num_queries)
@@ -328,7 +323,9 @@ def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
     # every split's fp32 rows of the CTA's merge slice; TileLang places them
     # in the loop's buffers, dead by then (sm_90a codegen: the total stays
     # the loop's 182 KB for every split tile at N = 5 and 7)
-    prefetch = 4 * cfg.kv_splits * _merge_slice_rows(num_queries, cfg) * HEAD_DIM
+    rows = cta_queries(num_queries, cfg) * cfg.heads_per_cta
+    slice_rows = merge_slice_rows(rows, cfg.kv_splits, cfg.merge_prefetch)
+    prefetch = 4 * cfg.kv_splits * slice_rows * HEAD_DIM
     return max(loop, prefetch + 4 * 256 + 4096)
 
 

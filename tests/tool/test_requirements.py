@@ -101,7 +101,9 @@ def stage_plans() -> dict[str, tuple[list[Path], list[Path]]]:
     text = (ROOT / "ci" / "test.sh").read_text()
 
     def body(function: str) -> str:
-        return re.search(rf"^{function}\(\) {{\n(.*?)^}}", text, re.M | re.S).group(1)
+        m = re.search(rf"^{function}\(\) {{\n(.*?)^}}", text, re.M | re.S)
+        assert m, f"ci/test.sh has no function {function}()"
+        return m.group(1)
 
     def requirement_files(line: str) -> list[Path]:
         return [ROOT / r for r in re.findall(r"-r (\S+)", line)]

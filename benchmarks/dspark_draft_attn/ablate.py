@@ -42,10 +42,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     ],
     # every gather reads slot 0 (one L2-resident token): the copies stay, DRAM traffic goes
     # (a live length of 0 inside the three gathers' slot lookups: _gather_slot gives slot 0)
-    "gather_slot0": [("t * block_kv + j,\n                    live_len,", "t * block_kv + j,\n                    0,")],
+    "gather_slot0": [("_gather_slot(idx_s, t * block_kv + j, live_len)", "_gather_slot(idx_s, t * block_kv + j, 0)")],
     # at most one KV tile: (whole - one_tile) / (tiles - 1) is the cost of a tile
     "one_tile": [("live_len = T.min(max_len, width)", "live_len = T.min(max_len, block_kv)")],
-    # split launches through L2 scratch (kv_splits > 1, dsmem_merge off; the same as whole
+    # split launches through L2 scratch (kv_splits > 1; the same as whole
     # unsplit): no partial-state stores, no cluster barrier and a one-row merge
     "no_partial_store": [("part_o[part + split, m, d] = acc_o[m, d]", "pass")],
     "no_cluster_merge": [
@@ -55,35 +55,12 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-# The warp-specialised kernel (dspark_draft_attn_ws_tilelang and its _ws_* macros), same idea
-WS_VARIANTS: dict[str, list[tuple[str, str]]] = {
-    "ws_whole": [],
-    "ws_no_gemms": [
-        ("T.gemm(q_l, k_l, acc_s, transpose_B=True)", "pass"),
-        ("T.gemm(q_r, k_r, acc_s, transpose_B=True)", "pass"),
-        ("T.gemm(p_s, k_l, acc_o_l)", "pass"),
-        ("T.gemm(p_s, k_r, acc_o_r)", "pass"),
-    ],
-    "ws_no_softmax_reductions": [
-        ("T.reduce_max(acc_s, m_i, dim=1, clear=False)", "pass"),
-        ("T.reduce_sum(acc_s, l_tile, dim=1)", "T.fill(l_tile, 1.0)"),
-    ],
-    # the producer dequantises 4 of a tile's 32 tokens
-    "ws_dequant_one_pass": [("for k in T.unroll(block_kv // 4):", "for k in T.unroll(1):")],
-    # the producer copies 1 of its 9 chunks a tile (and the scales)
-    "ws_copy_one_chunk": [
-        ("for k in T.unroll(per_thread):\n            j =", "for k in T.unroll(1):\n            j ="),
-    ],
-}
-ALL_VARIANTS = VARIANTS | WS_VARIANTS
-
-
 def _kernel_text() -> str:
     return Path(g.dc.__file__).with_name("dspark_draft_attn_tilelang.py").read_text()
 
 
 def _edit(name: str, src: str) -> str:
-    for old, new in ALL_VARIANTS[name]:
+    for old, new in VARIANTS[name]:
         if old not in src:
             raise ValueError(f"variant {name}: {old!r} not in the kernel")
         src = src.replace(old, new)
@@ -91,16 +68,6 @@ def _edit(name: str, src: str) -> str:
 
 
 def variant_source(name: str) -> str:
-    text = _kernel_text()
-    lines = text.splitlines(keepends=True)
-    body = ast.parse(text).body
-    if name in WS_VARIANTS:
-        # the macros with their decorators, the kernel function without its own
-        macros = [n for n in body if isinstance(n, ast.FunctionDef) and n.name.startswith("_ws_")]
-        fn = next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_ws_tilelang")
-        src = "".join("".join(lines[m.lineno - 2 : m.end_lineno]) + "\n\n" for m in macros)
-        src += "".join(lines[fn.lineno - 1 : fn.end_lineno])
-        return _edit(name, src).replace("def dspark_draft_attn_ws_tilelang(", f"def ablate_{name}(", 1)
     return _edit(name, plain_kernel_source()).replace("def dspark_draft_attn_tilelang(", f"def ablate_{name}(", 1)
 
 
@@ -147,11 +114,6 @@ _SM90 = g.dc.select_tile_config(16, 5, (9, 0))  # 8 heads x all queries: valid a
 CONFIGS = (_SM90, g.dc.launch_tile(_SM90, 1, 64, 192, 132, (9, 0), 5))
 
 
-def configs_for(name: str, h: int) -> tuple:
-    """The plain kernel's variants run both CONFIGS, the warp-specialised ones its shape."""
-    return (g.dc.warp_specialized_config(h, 5),) if name in WS_VARIANTS else CONFIGS
-
-
 def wanted(r: int, cfg) -> bool:
     return cfg.kv_splits == 1 or r <= 8
 
@@ -178,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         Path(a.json).write_text(json.dumps(rep, indent=1, default=str))
 
-    jobs = [(v, h, c) for v in ALL_VARIANTS for r, h in SIZES for c in configs_for(v, h) if wanted(r, c)]
+    jobs = [(v, h, c) for v in VARIANTS for r, h in SIZES for c in CONFIGS if wanted(r, c)]
     rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
     save()
     # the kernels one call of the real wrapper launches, with device times
@@ -199,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         b = _batch(r, h)
         zero = _batch(r, h)
         zero.lens.zero_()
-        for name in ALL_VARIANTS:
-            for cfg in configs_for(name, h):
+        for name in VARIANTS:
+            for cfg in CONFIGS:
                 if not wanted(r, cfg):
                     continue
                 row: dict[str, Any] = dict(R=r, H=h, variant=name, **cfg.__dict__)
@@ -209,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                     out = torch.empty_like(b.q)
                     args = args_for(b, out, cfg)
                     row["graph_hot_us"] = g.graph_us([lambda args=args, kern=kern: kern(*args)])
-                    if name in ("whole", "ws_whole"):
+                    if name == "whole":
                         zargs = args_for(zero, torch.empty_like(b.q), cfg)
                         row["graph_hot_us_all_lens_0"] = g.graph_us([lambda zargs=zargs, kern=kern: kern(*zargs)])
                 except Exception as e:  # noqa: BLE001 - reported

@@ -72,11 +72,9 @@ def _edits() -> list[tuple[str, str]]:
         (f"{i12}T.copy(m_i, m_prev)\n", _stamp(i12, tile(2))),
         (f"{i12}T.copy(acc_s, p_s)\n", _stamp(i12, tile(3))),
         (f"{i8}if kv_splits == 1:\n{i12}# Fold the sink", _stamp(i8, str(AFTER["loop_done"]))),
-        # the split's merge through L2 scratch, then through distributed shared memory
+        # the split's merge through L2 scratch
         (f"{i12}T.sync_threads()\n{i12}T.cluster_sync()\n", _stamp(i12, str(AFTER["partials_stored"]))),
         (f"{i12}_merge_splits(\n", _stamp(i12, str(AFTER["cluster_synced"]))),
-        (f"{i12}# every CTA is past its loop", _stamp(i12, str(AFTER["partials_stored"]))),
-        (f"{i12}# no CTA exits before the copies", _stamp(i12, str(AFTER["cluster_synced"]))),
     ]
 
 
@@ -150,8 +148,8 @@ def cases() -> list[tuple[int, int, Any]]:
     24-45 (launch_tile with the width, 192, as the live slots: 4 heads a CTA, 32-token tiles
     over 6 CTAs, the merge through L2 scratch with its partial outputs copied in before the
     factor pass) and without that copy. Runs 18-20 had the dsmem_merge
-    and 8 / 2 heads cases, runs 23 and 29-30 options since removed, runs 24-26 64-token tiles
-    over 3."""
+    and 8 / 2 heads cases, runs 23 and 29-30 options since removed (dsmem_merge too, on
+    2026-12-07), runs 24-26 64-token tiles over 3."""
     sm90 = g.dc.select_tile_config(64, 5, (9, 0))
     launch = g.dc.launch_tile(sm90, 1, 64, 192, 132, (9, 0), 5)
     tiles = (launch, g.replace(launch, merge_prefetch=False))
@@ -188,9 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for r, h, cfg in cases():
         row: dict[str, Any] = dict(R=r, H=h, heads_per_cta=cfg.heads_per_cta, kv_splits=cfg.kv_splits,
-                                   block_kv=cfg.block_kv,
-                                   dsmem_merge=cfg.dsmem_merge,
-                                   merge_prefetch=cfg.merge_prefetch)
+                                   block_kv=cfg.block_kv, merge_prefetch=cfg.merge_prefetch)
         try:
             b = g.plain_batch(r, h, 7000 + r + h)
             out = torch.empty_like(b.q)

@@ -52,8 +52,7 @@ def run(ctx: Context) -> dict:
             return {"steps": steps, "draft_attn": result, "ok": False}
         steps["check_and_bench"] = ctx.sh(
             "check_and_bench",
-            # DRAFT_ATTN_ARGS here too: "--ws" adds the warp-specialised kernel, "--configs"
-            # narrows the sweep
+            # DRAFT_ATTN_ARGS here too: "--configs" narrows the sweep
             draft_attn("all", out) + shlex.split(os.environ.get("DRAFT_ATTN_ARGS", "")),
             # what is left goes to pytest: its GPU tests compile kernels (75 s in run 25)
             ctx.left() - 120,

@@ -156,23 +156,10 @@ def test_tile_config_fits_and_follows_warp_rules(num_heads, num_queries, capabil
         # two stages do not fit 101,376 B with this shape: one stage, 89,248 B in the
         # generated kernel (N=7, tilelang 0.1.12; the estimate, 92,576 B, errs on the safe side)
         assert (cfg.heads_per_cta, cfg.block_kv, cfg.threads, cfg.num_stages) == (4, 32, 128, 1)
-        assert not cfg.warp_specialized
         assert dc.smem_bytes(num_queries, 4, 32, 2) > budget
     else:
-        # SM90: two stages fit but measured slower on the H200 (2026-12-03 sweep); the
-        # warp-specialised kernel too (run 9), so it is not the default
-        assert not cfg.warp_specialized
+        # SM90: two stages fit but measured slower on the H200 (2026-12-03 sweep)
         assert cfg.num_stages == 1 and dc.smem_bytes(num_queries, 8, 64, 2, cfg.row_tile) <= budget
-    ws = dc.warp_specialized_config(num_heads, num_queries)
-    # one wgmma tile of (query, head) rows, none of it padding where the heads allow
-    # (64 x 1, 32 x 2, 16 x 4); 8 heads take all N queries
-    assert ws.warp_specialized and ws.threads == 384 and num_heads % ws.heads_per_cta == 0
-    assert dc.cta_queries(num_queries, ws) * ws.heads_per_cta == (64 if num_heads >= 16 else 8 * num_queries)
-    assert dc.tile_rule_violations(ws, num_queries) == []
-    # a 64-token tile does not fit beside its staging (two bf16 tiles + raw bytes)
-    assert dc.tile_rule_violations(dataclasses.replace(ws, block_kv=64, num_stages=1), num_queries)
-
-
 def test_tile_config_rejects_bad_heads():
     with pytest.raises(ValueError, match="multiple of 8"):
         dc.select_tile_config(12, 5, (9, 0))
@@ -230,17 +217,16 @@ def test_compile_keys(kernel_module):
     assert k120.kv_splits == 1
     # unsplit: 8 heads x 5 queries (16 x 4 would need no fewer CTAs: _fill_wgmma_rows)
     assert (k90.width, k90.heads_per_cta, k90.block_kv, k90.threads, k90.num_stages) == (192, 8, 64, 256, 1)
-    assert (k90.warp_specialized, k90.queries_per_cta) == (False, 5)
-    assert (k120.warp_specialized, k120.queries_per_cta) == (False, 5)
+    assert k90.queries_per_cta == k120.queries_per_cta == 5
     assert (k90.row_tile, k120.row_tile) == (64, 16)
     assert (k90.q_async, k120.q_async) == (True, False)  # SM12x keeps the untested-there path
     # the owner picks the kernel function from the key, as upstream's mHC owners do
-    kws = owner.dispatch(
+    resident = owner.dispatch(
         num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=page, scale=512**-0.5,
-        capability=(9, 0), tile=dc.warp_specialized_config(16, 5),
+        capability=(9, 0), tile=dc.resident_tile(dc.select_tile_config(16, 5, (9, 0)), 16, 5),
     )
-    assert (kws.warp_specialized, kws.queries_per_cta, kws.heads_per_cta) == (True, 4, 16)
-    assert owner.kernel(kws) is kernel_module.dspark_draft_attn_ws_tilelang
+    assert (resident.resident, resident.queries_per_cta, resident.heads_per_cta) == (True, 4, 16)
+    assert owner.kernel(resident) is kernel_module.dspark_draft_attn_resident_tilelang
     assert owner.kernel(k90) is kernel_module.dspark_draft_attn_tilelang
     assert k90.reduce_batch == k120.reduce_batch == 1
     assert (k120.heads_per_cta, k120.block_kv, k120.threads, k120.num_stages) == (4, 32, 128, 1)
@@ -265,15 +251,15 @@ def test_compile_keys(kernel_module):
 
 
 def test_compile_key_carries_the_kernel_variants(kernel_module):
-    """global_slots (the gathers), dsmem_merge and merge_prefetch (the split's merge) change the
-    generated code, so they must reach the key (and the launch arguments); a key without one
-    would serve one variant's cached kernel for the other."""
+    """q_async (the Q load) and merge_prefetch (the split's merge) change the generated code,
+    so they must reach the key (and the launch arguments); a key without one would serve one
+    variant's cached kernel for the other."""
     owner = kernel_module.DSparkDraftAttnTileLangKernel()
     kw = dict(num_heads=16, num_queries=5, width=192, block_size=64, page_bytes=dc.fp8_ds_mla_page_bytes(64),
               scale=512**-0.5, capability=(9, 0))
     default = owner.dispatch(**kw)
     tile = dc.select_tile_config(16, 5, (9, 0))
-    for field in ("global_slots", "dsmem_merge", "merge_prefetch"):
+    for field in ("q_async", "merge_prefetch"):
         flip = {field: not getattr(tile, field)}
         flipped = owner.dispatch(**kw, tile=dataclasses.replace(tile, **flip))
         assert flipped == dataclasses.replace(default, **flip) and flipped != default
@@ -285,27 +271,6 @@ def test_compile_key_carries_the_kernel_variants(kernel_module):
     for key in (default, four):
         _, args = type(owner).__call__.__wrapped__(owner, **tensors, compile_key=key)
         assert args[-1] == key.queries_per_cta and args[16] == key.heads_per_cta
-
-
-def test_dsmem_merge_fits_n5_not_n7():
-    """The split merge through distributed shared memory holds a CTA's partial state and the
-    rows it receives at once (fp32, 516 columns a row): N = 5 (40 rows) fits SM90's 227 KiB at
-    every split size, N = 7 (56 rows, 57 at 3 splits: 235 KB) does not, and the tile rules
-    (which the sweep's shapes must pass) say so. It takes all of a request's queries a CTA
-    (8 heads x N rows), so the wide unsplit tiles (64 heads x 1 query) are refused it."""
-    for h in (64, 32, 16, 8):
-        n5, n7 = dc.select_tile_config(h, 5, (9, 0)), dc.select_tile_config(h, 7, (9, 0))
-        assert not n5.dsmem_merge and not n7.dsmem_merge  # measured no faster: not the default
-        if dc.cta_queries(5, n5) < 5:
-            wide = dataclasses.replace(n5, kv_splits=3, dsmem_merge=True)
-            assert "dsmem_merge takes all of a request's queries a CTA" in dc.tile_rule_violations(wide, 5)
-        n5, n7 = (dataclasses.replace(c, heads_per_cta=8, queries_per_cta=0) for c in (n5, n7))
-        for k in range(2, dc.MAX_KV_SPLITS + 1):
-            ok = dataclasses.replace(n5, kv_splits=k, dsmem_merge=True)
-            assert dc.tile_rule_violations(ok, 5) == []
-        bad = dataclasses.replace(n7, kv_splits=3, dsmem_merge=True)
-        assert dc.dsmem_merge_smem_bytes(7, bad) > dc.SM90_SMEM_BYTES
-        assert any("dsmem_merge" in v for v in dc.tile_rule_violations(bad, 7))
 
 
 def test_merge_prefetch_where_its_copies_fit():
@@ -333,8 +298,6 @@ def test_merge_prefetch_where_its_copies_fit():
         sm90, heads_per_cta=16, queries_per_cta=0, kv_splits=8, block_kv=32, merge_prefetch=True
     )
     assert dc._tile_smem_bytes(4, wide) == 4 * 8 * 8 * 512 + 4 * 256 + 4096 > dc.smem_bytes(4, 16, 32, 1, 64)
-    both = dataclasses.replace(sm90, heads_per_cta=4, kv_splits=3, merge_prefetch=True, dsmem_merge=True)
-    assert dc.tile_rule_violations(both, 5)
 
 
 def test_scratch_holds_every_merge_slice_the_prefetch_copies(kernel_module):
@@ -342,7 +305,7 @@ def test_scratch_holds_every_merge_slice_the_prefetch_copies(kernel_module):
     slices of 4 (3 of 6 over 3 splits): the merge_prefetch copy reads whole slices, so a split's
     scratch rows grow to them, in the kernel's signature, the warm-up tensors and the wrapper's
     scratch alike. A wgmma tile's 64 padded rows already hold every slice."""
-    mma = dc.TileConfig(16, 32, 128, 1, 1, 16, False, 1, 5, True, merge_prefetch=True)
+    mma = dc.TileConfig(16, 32, 128, 1, 1, 16, 1, 5, True, merge_prefetch=True)
     assert dc.tile_rule_violations(mma, 5) == []
     assert dc.scratch_rows(1, 16, 16, 5, True) == 20 and dc.scratch_rows(1, 16, 16, 5, False) == 16
     assert dc.scratch_rows(1, 16, 16, 3, True) == 18
@@ -365,16 +328,13 @@ def test_timeline_stamps_edit_the_current_kernel():
 
     src = timeline.stamped_source()
     assert "def timeline_dspark_draft_attn(" in src and "@tilelang_jit" not in src
-    # every point outside the KV loop once (the merge's points once per merge path), each tile
-    # point once inside it
-    for slot in timeline.POINTS.values():
+    # every point outside the KV loop once, each tile point once inside it
+    for slot in (*timeline.POINTS.values(), *timeline.AFTER.values()):
         assert src.count(f"stamps[rid, bx, {slot}]") == 1, timeline.names()[slot]
-    for name, slot in timeline.AFTER.items():
-        assert src.count(f"stamps[rid, bx, {slot}]") == (2 if name in ("partials_stored", "cluster_synced") else 1)
     for k in range(len(timeline.TILE_POINTS)):
         assert src.count(f"stamps[rid, bx, {timeline.TILE_BASE} + tt * {len(timeline.TILE_POINTS)} + {k}]") == 1
     assert src.count('"dspark_globaltimer"') == 2
-    assert src.count('"clock64"') == len(timeline.POINTS) + len(timeline.TILE_POINTS) + len(timeline.AFTER) + 2
+    assert src.count('"clock64"') == len(timeline.POINTS) + len(timeline.TILE_POINTS) + len(timeline.AFTER)
     compile(src, "timeline", "exec")
 
 
@@ -510,10 +470,7 @@ def test_launch_tile_takes_the_finest_split_that_fits():
         for t in dc.split_tiles(dc.select_tile_config(64, n, (9, 0)), dc.dspark_live_slots(128, n), (9, 0), n, 64):
             assert dc.tile_rule_violations(t, n) == []
     assert dc.launch_tile(dc.select_tile_config(64, 5, (12, 0)), 1, 64, live, 188, (12, 0), 5).kv_splits == 1
-    assert dc.split_tiles(dc.warp_specialized_config(64, 5), live, (9, 0), 5, 64) == []
     assert dc.tile_rule_violations(dataclasses.replace(cfg, kv_splits=9), 5)  # not a cluster
-    ws = dataclasses.replace(dc.warp_specialized_config(16, 5), kv_splits=2)
-    assert dc.tile_rule_violations(ws, 5)
 
 
 def test_co_resident_clusters_fit_the_h100_measurements():
@@ -749,21 +706,6 @@ def test_tile_rules_catch_unbuildable_shapes():
     assert dc.tile_rule_violations(dc.TileConfig(8, 64, 256, 1, 4, 64), 5)  # 2 rows, batch 4
     assert dc.tile_rule_violations(dc.TileConfig(8, 80, 256, row_tile=64), 5)  # splits a warp
     assert dc.tile_rule_violations(dc.TileConfig(8, 64, 256, 1, 6), 5) == []  # 6 rows, batch 6
-    ws = dict(warp_specialized=True, row_tile=64)
-    assert dc.tile_rule_violations(dc.TileConfig(16, 32, 384, 3, queries_per_cta=4, **ws), 5) == []
-    assert dc.tile_rule_violations(dc.TileConfig(16, 32, 384, 3, queries_per_cta=5, **ws), 5)  # 80 rows
-    assert dc.tile_rule_violations(dc.TileConfig(16, 32, 256, 3, queries_per_cta=4, **ws), 5)  # 2 WGs
-    assert dc.tile_rule_violations(dc.TileConfig(64, 48, 384, 3, queries_per_cta=1, **ws), 5)  # copies
-    assert dc.tile_rule_violations(dc.TileConfig(64, 64, 384, 2, queries_per_cta=1, **ws), 5)  # smem
-
-
-def test_ws_register_split_fits_the_launch(kernel_module):
-    """setmaxnreg.inc only takes registers the CTA's own setmaxnreg.dec released: if the
-    three warpgroups' counts summed past the launch's 384 x 168 registers, the softmax
-    warpgroup would wait forever for its increase (a hang on the GPU, nothing on CPU)."""
-    regs = kernel_module._WS_REGS
-    assert all(r % 8 == 0 and 24 <= r <= 256 for r in regs)
-    assert 128 * sum(regs) <= 384 * (65536 // 384 // 8 * 8)
 
 
 def test_every_ablation_variant_edits_the_current_kernel():
@@ -771,13 +713,12 @@ def test_every_ablation_variant_edits_the_current_kernel():
     kernel's source would time the whole kernel under a wrong name (or fail on the GPU)."""
     from benchmarks.dspark_draft_attn import ablate
 
-    for whole_name, variants in (("whole", ablate.VARIANTS), ("ws_whole", ablate.WS_VARIANTS)):
-        whole = ablate.variant_source(whole_name)
-        for name, edits in variants.items():
-            src = ablate.variant_source(name)
-            assert f"def ablate_{name}(" in src and "@tilelang_jit" not in src
-            assert (src != whole.replace(f"ablate_{whole_name}", f"ablate_{name}")) == bool(edits), name
-            compile(src, name, "exec")  # still Python
+    whole = ablate.variant_source("whole")
+    for name, edits in ablate.VARIANTS.items():
+        src = ablate.variant_source(name)
+        assert f"def ablate_{name}(" in src and "@tilelang_jit" not in src
+        assert (src != whole.replace("ablate_whole", f"ablate_{name}")) == bool(edits), name
+        compile(src, name, "exec")  # still Python
         ast.parse(src)
 
 
@@ -884,7 +825,6 @@ def test_kv_resident_tile_rules():
     split = dc.resident_tile(dc.select_tile_config(64, 5, (9, 0)), 64, 5, passes=3)
     assert dc.launch_ctas(split, 4, 64, 5) == 8  # 3 + 2 passes a request
     assert not dc.resident_kv(dc.select_tile_config(64, 5, (12, 0)), (12, 0))
-    assert not dc.resident_kv(dc.warp_specialized_config(64, 5), (9, 0))
     sm12x = dc.select_tile_config(64, 5, (12, 0))
     assert not dc.launch_tile(sm12x, 512, 64, 192, 188, (12, 0), 5).resident
     # what the rules refuse: a third 64-token tile (no room), 80 rows a pass, a split

@@ -32,13 +32,8 @@ SM120_SMEM_BYTES = 101_376
 SM90_SMEM_BYTES = 232_448
 # Rows of one wgmma M tile (TileLang's SM90 GEMMs here: 64 rows a warpgroup).
 WGMMA_ROWS = 64
-# Rows of one warp-specialised CTA: one wgmma M tile.
-WS_ROWS = WGMMA_ROWS
 # Largest portable thread-block cluster (the KV splits of one head group).
 MAX_KV_SPLITS = 8
-# A split's partial state row in shared memory (dsmem_merge): O, its max and
-# sum, padded so every row starts 16-byte aligned for the bulk copies.
-ML_COLS = HEAD_DIM + 4
 
 
 def padded_rows(num_queries: int, heads_per_cta: int, row_tile: int = 16) -> int:
@@ -88,13 +83,7 @@ class TileConfig:
     # MMA row tile the query rows are padded to: 16 (mma.sync) or 64 (wgmma,
     # SM90 only, whole warpgroups)
     row_tile: int = 16
-    # SM90 warp-specialised kernel (dspark_draft_attn_ws_tilelang): 384
-    # threads, a producer warpgroup keeping num_stages tiles of raw bytes in
-    # flight and dequantising the next tile while two consumer warpgroups
-    # multiply this one; a CTA takes queries_per_cta of the request's
-    # queries (0 = all) x heads_per_cta heads, <= 64 rows.
-    warp_specialized: bool = False
-    # both kernels: a CTA takes this many of the request's consecutive
+    # a CTA takes this many of the request's consecutive
     # queries (0 = all N), so the plain kernel's wide head groups (64 heads x
     # 1 query) fill the 64-row wgmma tile (_fill_wgmma_rows)
     queries_per_cta: int = 0
@@ -104,15 +93,6 @@ class TileConfig:
     # plain kernel only: Q loaded with cp.async before the index reads (its
     # DRAM trip overlaps them) instead of after
     q_async: bool = False
-    # plain kernel only: the gathers read each slot from the index tensor
-    # (L1) instead of the shared index row, whose reads TileLang fenced with
-    # two CTA barriers per 16-byte copy (18 a 64-token tile)
-    global_slots: bool = False
-    # plain kernel, kv_splits > 1: the split CTAs' partial states merged
-    # through distributed shared memory instead of L2 scratch; correct on the
-    # H200 but no faster there (run 18: moving the states costs the same), so
-    # off by default; fits N = 5 only (dsmem_merge_smem_bytes)
-    dsmem_merge: bool = False
     # plain kernel, split launches, L2 merge: every split's rows of the CTA's
     # merge copied into shared memory before the factor pass, so the two L2
     # reads overlap (H200 run 29: R = 1 0.8-1.3 us faster; split_tiles sets
@@ -140,35 +120,6 @@ def cta_queries(num_queries: int, cfg: TileConfig) -> int:
     return query_groups(num_queries, cfg.queries_per_cta)[0]
 
 
-def dsmem_merge_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
-    """Shared memory of the dsmem_merge epilogue: the CTA's own partial state
-    and the rows it receives, live together (they reuse the loop's buffers,
-    so only their sum has to fit), plus 1 KiB for the static buffers beside
-    them; at kv_splits 1, the most any split size needs."""
-    rows = cta_queries(num_queries, cfg) * cfg.heads_per_cta
-    sizes = [cfg.kv_splits] if cfg.kv_splits > 1 else range(2, MAX_KV_SPLITS + 1)
-    part_rows = max(-(-rows // k) * k for k in sizes)
-    return 2 * part_rows * ML_COLS * 4 + 1024
-
-
-def ws_smem_bytes(block_kv: int, num_stages: int) -> int:
-    """Shared memory of the warp-specialised kernel: Q (64 rows), two bf16 KV
-    tiles, P, the live flags of both tiles, two row-factor vectors, the
-    index row (up to 256 slots), num_stages tiles of raw fp8_ds_mla bytes,
-    and the same 4 KiB reduction allowance as smem_bytes."""
-    raw = block_kv * (NOPE_DIM + 2 * ROPE_DIM + SCALE_BYTES_PER_TOKEN)
-    return (
-        2 * WS_ROWS * HEAD_DIM
-        + 2 * 2 * block_kv * HEAD_DIM
-        + 2 * WS_ROWS * block_kv
-        + 4 * 2 * block_kv
-        + 2 * 4 * WS_ROWS
-        + 4 * 256
-        + num_stages * raw
-        + 4096
-    )
-
-
 def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     """Why TileLang could not build (or would spill) this CTA shape; [] if it can.
 
@@ -178,8 +129,6 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     them; the fp32 output accumulator, rows * 512 / threads floats a thread,
     must stay <= 128.
     """
-    if cfg.warp_specialized:
-        return _ws_rule_violations(cfg, num_queries)
     if cfg.resident:
         return _resident_rule_violations(cfg, num_queries)
     rows = padded_rows(cta_queries(num_queries, cfg), cfg.heads_per_cta, cfg.row_tile)
@@ -204,39 +153,10 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append(f"reduce_batch {cfg.reduce_batch} does not divide a thread's rows")
     if not 1 <= cfg.kv_splits <= MAX_KV_SPLITS:
         bad.append(f"kv_splits {cfg.kv_splits} is not a cluster size in 1..8")
-    if cfg.merge_prefetch and (cfg.kv_splits == 1 or cfg.dsmem_merge):
+    if cfg.merge_prefetch and cfg.kv_splits == 1:
         bad.append("merge_prefetch copies the L2 merge's slices (a split launch's)")
     if cfg.merge_prefetch and _tile_smem_bytes(num_queries, cfg) > SM90_SMEM_BYTES:
         bad.append(f"merge_prefetch needs {_tile_smem_bytes(num_queries, cfg)} B")
-    if cfg.dsmem_merge and cta_queries(num_queries, cfg) < num_queries:
-        bad.append("dsmem_merge takes all of a request's queries a CTA")
-    merge_bytes = dsmem_merge_smem_bytes(num_queries, cfg)
-    if cfg.dsmem_merge and merge_bytes > SM90_SMEM_BYTES:
-        bad.append(f"dsmem_merge needs {merge_bytes} B of shared memory")
-    return bad
-
-
-def _ws_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
-    """The warp-specialised kernel: 3 warpgroups, <= 64 rows (one wgmma M
-    tile, each consumer holding 64 x 256 fp32), a tile's 36 16-byte copies a
-    token spread evenly over the producer's 128 threads, both KV tiles and
-    the raw tiles in flight in SM90's shared memory."""
-    bad = []
-    rows = cta_queries(num_queries, cfg) * cfg.heads_per_cta
-    if cfg.threads != 384:
-        bad.append("the warp-specialised kernel runs 3 warpgroups (384 threads)")
-    if cfg.kv_splits != 1:
-        bad.append("the warp-specialised kernel does not split KV")
-    if rows > WS_ROWS:
-        bad.append(f"{rows} rows > {WS_ROWS} (one wgmma row tile)")
-    if cfg.block_kv % 32:
-        # the producer's 36 16-byte copies a token, 128 threads
-        bad.append(f"block_kv {cfg.block_kv} is not a multiple of 32")
-    if cfg.num_stages < 1:
-        bad.append("num_stages (raw tiles in flight) must be >= 1")
-    smem = ws_smem_bytes(cfg.block_kv, cfg.num_stages)
-    if smem > SM90_SMEM_BYTES:
-        bad.append(f"{smem} B of shared memory")
     return bad
 
 
@@ -270,7 +190,7 @@ def _resident_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
         bad.append(f"{rows} rows > {WGMMA_ROWS} (one wgmma row tile a pass)")
     if cfg.block_kv % 16 or cfg.tail_kv % 16 or cfg.tail_kv < 16:
         bad.append("block_kv and tail_kv: 2 warpgroups x a multiple of 8, tail >= 16")
-    if cfg.kv_splits != 1 or cfg.merge_prefetch or cfg.dsmem_merge:
+    if cfg.kv_splits != 1 or cfg.merge_prefetch:
         bad.append("the KV-resident kernel does not split KV")
     if cfg.passes < 0 or cfg.resident_tiles < 1:
         bad.append("passes >= 0 and resident_tiles >= 1")
@@ -309,8 +229,6 @@ def scratch_rows(
 def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
     if cfg.resident:
         return resident_smem_bytes(cfg, num_queries)
-    if cfg.warp_specialized:
-        return ws_smem_bytes(cfg.block_kv, cfg.num_stages)
     loop = smem_bytes(
         cta_queries(num_queries, cfg),
         cfg.heads_per_cta,
@@ -327,27 +245,6 @@ def _tile_smem_bytes(num_queries: int, cfg: TileConfig) -> int:
     slice_rows = merge_slice_rows(rows, cfg.kv_splits, cfg.merge_prefetch)
     prefetch = 4 * cfg.kv_splits * slice_rows * HEAD_DIM
     return max(loop, prefetch + 4 * 256 + 4096)
-
-
-def warp_specialized_config(
-    num_heads: int, num_queries: int, num_stages: int = 3
-) -> TileConfig:
-    """The SM90 warp-specialised shape: one wgmma tile of (query, head) rows,
-    64 heads x 1 query, 32 x 2, 16 x 4, 8 x N (N <= 8), so no row is
-    padding at 16-64 heads; 32-token KV tiles, num_stages of them in flight.
-    Correct on the H200 but slower there than the default (2026-12-03)."""
-    if num_heads % 8 != 0:
-        raise ValueError(f"num_heads must be a multiple of 8, got {num_heads}")
-    heads = max(d for d in range(8, WS_ROWS + 1, 8) if num_heads % d == 0)
-    return TileConfig(
-        heads_per_cta=heads,
-        block_kv=32,
-        threads=384,
-        num_stages=num_stages,
-        row_tile=WS_ROWS,
-        warp_specialized=True,
-        queries_per_cta=max(1, min(num_queries, WS_ROWS // heads)),
-    )
 
 
 def select_tile_config(
@@ -379,9 +276,8 @@ def select_tile_config(
         cfg = TileConfig(heads_per_cta=4, block_kv=32, threads=128, num_stages=1)
         budget = SM120_SMEM_BYTES
     elif capability[0] == 9:
-        # rows padded to 64 so both GEMMs lower to wgmma; the warp-specialised
-        # kernel (warp_specialized_config) measured slower on the H200; Q by
-        # cp.async ahead of the index reads was 0-5 % faster there
+        # rows padded to 64 so both GEMMs lower to wgmma; Q by cp.async
+        # ahead of the index reads was 0-5 % faster on the H200
         cfg = TileConfig(
             heads_per_cta=8,
             block_kv=64,
@@ -441,9 +337,8 @@ def _fill_wgmma_rows(cfg: TileConfig, num_heads: int, num_queries: int) -> TileC
 
 def resident_kv(cfg: TileConfig, capability: tuple[int, int]) -> bool:
     """Whether cfg's arch and kernel can run the KV-resident kernel: SM90
-    only (its 226 KB of shared memory does not fit SM12x's 99 KB), never
-    with the warp-specialised kernel."""
-    return capability[0] == 9 and not cfg.warp_specialized
+    only (its 226 KB of shared memory does not fit SM12x's 99 KB)."""
+    return capability[0] == 9
 
 
 def resident_tile(
@@ -463,7 +358,6 @@ def resident_tile(
         num_stages=1,
         kv_splits=1,
         merge_prefetch=False,
-        dsmem_merge=False,
         resident=True,
         passes=passes,
         resident_tiles=2,
@@ -477,11 +371,11 @@ def split_kv_splits(
     """The kv_splits of a split launch of this shape (one CTA a KV tile of a
     row's live slots, up to a portable cluster), 1 where launches never split:
     SM90 only, where it was measured; SM12x keeps one CTA a group (clusters
-    exist there, but the split is UNTESTED on SM12x hardware); never the
-    warp-specialised kernel. live_slots: the most live slots an index row can
-    hold (dspark_live_slots: DSpark's window + N = 133 of a 192-wide row, 5
-    tiles of 32; a longer row is still right, its CTAs taking several tiles)."""
-    if capability[0] != 9 or cfg.warp_specialized:
+    exist there, but the split is UNTESTED on SM12x hardware). live_slots:
+    the most live slots an index row can hold (dspark_live_slots: DSpark's
+    window + N = 133 of a 192-wide row, 5 tiles of 32; a longer row is still
+    right, its CTAs taking several tiles)."""
+    if capability[0] != 9:
         return 1
     return min(-(-live_slots // cfg.block_kv), MAX_KV_SPLITS)
 

@@ -17,11 +17,6 @@ graph. On SM90, batches too small to fill the GPU split a head group's KV
 tiles over the CTAs of a thread-block cluster and merge the partial states
 (kv_splits; the scratch is the wrapper's, one per device).
 
-dspark_draft_attn_ws_tilelang is the same math warp-specialised for SM90 (a
-producer warpgroup gathering and dequantising while two consumer warpgroups
-multiply); correct on the H200 but slower there than this kernel so far, so
-it runs only when a TileConfig asks for it (benchmarks and checks).
-
 Layout, tile configuration and the fp32 reference: dspark_draft_attn_common.
 """
 
@@ -45,7 +40,6 @@ from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_common import (
     _NEG_LARGE,
     HEAD_DIM,
     LOG2E,
-    ML_COLS,
     NOPE_DIM,
     QUANT_BLOCK,
     ROPE_DIM,
@@ -99,8 +93,6 @@ def dspark_draft_attn_tilelang(
     row_tile: int = 16,
     kv_splits: int = 1,
     q_async: bool = False,
-    global_slots: bool = False,
-    dsmem_merge: bool = False,
     merge_prefetch: bool = False,
     queries_per_cta: int = 0,
 ):
@@ -116,9 +108,6 @@ def dspark_draft_attn_tilelang(
     barrier (release / acquire) makes them visible, and each CTA then merges
     a slice of the rows: out = sum_s 2^(m_s - M) O_s / (sum_s 2^(m_s - M) l_s
     + 2^(sink - M)), M = max_s m_s (flash-decoding's split-KV merge).
-    dsmem_merge: the partial states go to the merging CTA's shared memory
-    instead (one bulk async copy per pair of CTAs, an mbarrier counting the
-    bytes), so no L2 round trip and no store drain at the cluster barrier.
     merge_prefetch (the L2 merge): the CTA's rows of every split's partial
     output are copied into shared memory (cp.async) before the factor pass,
     so their L2 trip overlaps the one for the maxima and sums.
@@ -135,7 +124,6 @@ def dspark_draft_attn_tilelang(
     # the CTA's rows (the last query group may have fewer live ones)
     rows = qpc * heads_per_cta
     m_pad = padded_rows(qpc, heads_per_cta, row_tile)
-    assert not (dsmem_merge and q_groups > 1), "dsmem_merge takes all queries"
     # rows of the merge each CTA of a cluster writes
     merge_rows = merge_slice_rows(rows, kv_splits, merge_prefetch)
     part_rows = scratch_rows(qpc, heads_per_cta, row_tile, kv_splits, merge_prefetch)
@@ -197,9 +185,6 @@ def dspark_draft_attn_tilelang(
         l_i = T.alloc_fragment([m_pad], T.float32)
         l_tile = T.alloc_fragment([m_pad], T.float32)
         alpha = T.alloc_fragment([m_pad], T.float32)
-        if dsmem_merge and kv_splits > 1:
-            # one arrival per CTA of the cluster sending this CTA its rows
-            recv_bar = T.alloc_barrier(arrive_count=kv_splits)
 
         if q_async:
             # Q first, as cp.async: its DRAM trip overlaps the lens and
@@ -279,42 +264,18 @@ def dspark_draft_attn_tilelang(
             # once for every row of the CTA. Plain copies, so the pipeline
             # issues them as async copies.
             for j, d in T.Parallel(block_kv, NOPE_DIM):
-                live_slot = _gather_slot(
-                    idx_s,
-                    indices,
-                    rid,
-                    src_row,
-                    t * block_kv + j,
-                    live_len,
-                    global_slots,
-                )
+                live_slot = _gather_slot(idx_s, t * block_kv + j, live_len)
                 fp8_s[j, d] = kv_fp8[
                     live_slot // block_size,
                     (live_slot % block_size) * TOKEN_DATA_BYTES + d,
                 ]
             for j in T.Parallel(block_kv):
-                live_slot = _gather_slot(
-                    idx_s,
-                    indices,
-                    rid,
-                    src_row,
-                    t * block_kv + j,
-                    live_len,
-                    global_slots,
-                )
+                live_slot = _gather_slot(idx_s, t * block_kv + j, live_len)
                 scale_s[j] = kv_i64[
                     live_slot // block_size, scale_off // 8 + live_slot % block_size
                 ]
             for j, d in T.Parallel(block_kv, ROPE_DIM):
-                live_slot = _gather_slot(
-                    idx_s,
-                    indices,
-                    rid,
-                    src_row,
-                    t * block_kv + j,
-                    live_len,
-                    global_slots,
-                )
+                live_slot = _gather_slot(idx_s, t * block_kv + j, live_len)
                 rope_s[j, d] = kv_bf16[
                     live_slot // block_size,
                     (live_slot % block_size) * tok_words + NOPE_DIM // 2 + d,
@@ -401,43 +362,6 @@ def dspark_draft_attn_tilelang(
                             gid * heads_per_cta + m % heads_per_cta,
                             d,
                         ] = acc_o[m, d] * alpha[m]
-        elif dsmem_merge:
-            # The partial states meet in distributed shared memory, not L2:
-            # each CTA copies its state (O, then m and l as extra columns) to
-            # shared memory and sends the rows CTA c merges to c with one bulk
-            # async copy, counted by c's mbarrier. The loop's buffers are dead
-            # here, so TileLang reuses their space (the lengths come from lens
-            # again so len_s does not stay live in the middle of it).
-            part_s = T.alloc_shared([merge_rows * kv_splits, ML_COLS], T.float32)
-            recv = T.alloc_shared([kv_splits, merge_rows, ML_COLS], T.float32)
-            for m, d in T.Parallel(m_pad, HEAD_DIM):
-                if m < merge_rows * kv_splits:
-                    part_s[m, d] = acc_o[m, d]
-            for m in T.Parallel(m_pad):
-                if m < merge_rows * kv_splits:
-                    part_s[m, HEAD_DIM] = m_i[m]
-                    part_s[m, HEAD_DIM + 1] = l_i[m]
-            # generic-proxy stores, read by the async proxy
-            T.fence_proxy_async()
-            T.sync_threads()
-            # every CTA is past its loop (recv reuses the loop's buffers)
-            T.cluster_sync()
-            if T.get_thread_binding() == 0:
-                for c in T.unroll(kv_splits):
-                    T.copy_cluster(
-                        part_s[c * merge_rows : (c + 1) * merge_rows, :],
-                        recv[split, :, :],
-                        dst_block=c,
-                        remote_barrier=recv_bar[0],
-                    )
-            T.barrier_wait(recv_bar[0], 0)
-            # no CTA exits before the copies out of its shared memory are done
-            T.cluster_arrive()
-            _merge_received(
-                recv, attn_sink, lens, out, rid, gid, split, heads_per_cta, rows,
-                merge_rows, kv_splits, scale_log2,
-            )  # fmt: skip
-            T.cluster_wait()
         else:
             # Publish this split's partial state; the cluster barrier's
             # release / acquire makes it visible to the other CTAs (the CTA
@@ -477,14 +401,10 @@ def _cta_rows(grp, head_groups, qpc, q_groups, num_queries, heads_per_cta):
     return grp % head_groups, q0, T.min(num_queries - q0, qpc) * heads_per_cta
 
 
-def _gather_slot(idx_s, indices, rid, src_row, pos, live_len, global_slots):
+def _gather_slot(idx_s, pos, live_len):
     """Cache slot of index position pos for a gather (slot 0 past the live
-    length or for a -1 entry; the live mask zeroes those). global_slots: read
-    it from the index tensor (an L1 hit after the row's first read) rather than
-    the shared copy, whose reads TileLang fences with two CTA barriers around
-    each of a thread's 16-byte cp.async copies."""
-    slot = indices[rid, src_row, pos] if global_slots else idx_s[pos]
-    return T.if_then_else(pos < live_len, T.max(slot, 0), 0)
+    length or for a -1 entry; the live mask zeroes those)."""
+    return T.if_then_else(pos < live_len, T.max(idx_s[pos], 0), 0)
 
 
 # The split kernel's merge (kv_splits > 1). Defined after the kernels' first
@@ -582,542 +502,6 @@ def _merge_splits(
                 )
 
 
-# recv's padding columns (free once the copies landed) hold the merge's per
-# row values: [0, i, MAX_COL] the common max, [1, i, MAX_COL] the row's
-# normaliser, [s, i, FAC_COL] split s's factor.
-FAC_COL = HEAD_DIM + 2
-MAX_COL = HEAD_DIM + 3
-
-
-def _recv_max(recv, i, kv_splits):
-    top = recv[0, i, HEAD_DIM]
-    for s in range(1, kv_splits):
-        top = T.max(top, recv[s, i, HEAD_DIM])
-    return top
-
-
-def _recv_sum(recv, i, top, kv_splits, scale_log2):
-    total = recv[0, i, HEAD_DIM + 1] * T.exp2((recv[0, i, HEAD_DIM] - top) * scale_log2)
-    for s in range(1, kv_splits):
-        total += recv[s, i, HEAD_DIM + 1] * T.exp2(
-            (recv[s, i, HEAD_DIM] - top) * scale_log2
-        )
-    return total
-
-
-def _recv_weighted(recv, i, d, kv_splits):
-    total = recv[0, i, d] * recv[0, i, FAC_COL]
-    for s in range(1, kv_splits):
-        total += recv[s, i, d] * recv[s, i, FAC_COL]
-    return total
-
-
-@T.macro
-def _merge_received(
-    recv, attn_sink, lens, out, rid, gid, split, heads_per_cta, rows,
-    merge_rows, kv_splits, scale_log2,
-):  # fmt: skip
-    """_merge_splits on the partial states of this CTA's rows as the cluster
-    sent them: recv[s, i, :HEAD_DIM] is split s's O of row split * merge_rows
-    + i, recv[s, i, HEAD_DIM] its max and recv[s, i, HEAD_DIM + 1] its sum."""
-    r0 = split * merge_rows
-    for i in T.Parallel(merge_rows):
-        recv[0, i, MAX_COL] = _recv_max(recv, i, kv_splits)
-    for i in T.Parallel(merge_rows):
-        m = T.min(r0 + i, rows - 1)
-        l_sum = _recv_sum(recv, i, recv[0, i, MAX_COL], kv_splits, scale_log2)
-        sink_log2 = attn_sink[gid * heads_per_cta + m % heads_per_cta] * LOG2E
-        m_log2 = recv[0, i, MAX_COL] * scale_log2
-        top = T.max(m_log2, sink_log2)
-        corr = T.exp2(m_log2 - top)
-        denom = l_sum * corr + T.exp2(sink_log2 - top)
-        live = (lens[rid, m // heads_per_cta] > 0) & (l_sum > 0)
-        recv[1, i, MAX_COL] = T.if_then_else(live, corr / denom, 0.0)
-    for i, s in T.Parallel(merge_rows, kv_splits):
-        recv[s, i, FAC_COL] = (
-            T.exp2((recv[s, i, HEAD_DIM] - recv[0, i, MAX_COL]) * scale_log2)
-            * recv[1, i, MAX_COL]
-        )
-    for i, d in T.Parallel(merge_rows, HEAD_DIM):
-        if r0 + i < rows:
-            out[
-                rid,
-                (r0 + i) // heads_per_cta,
-                gid * heads_per_cta + (r0 + i) % heads_per_cta,
-                d,
-            ] = T.cast(_recv_weighted(recv, i, d, kv_splits), T.bfloat16)
-
-
-# Register split of the warp-specialised kernel (setmaxnreg): the softmax
-# warpgroup holds the score tile and half the output accumulator, the second
-# consumer the other half, the producer cp.async addresses and one
-# dequantisation pass. setmaxnreg.inc takes registers only from what the CTA's own
-# setmaxnreg.dec released, so the sum must stay within the launch's
-# 384 x 168 (__launch_bounds__(384, 1)): 128 x 504 = 64,512.
-_WS_REGS = (240, 168, 96)
-# Named barrier of the producer warpgroup's own syncs (TileLang's partial
-# syncs take the low ids).
-_WS_PRODUCER_BARRIER = 12
-
-
-@T.macro
-def _ws_load_q(q, q_half, rid, q0, h0, d0, hpc, qpc, num_queries):
-    """One consumer's half of the CTA's Q rows, one tile copy per query (16-byte
-    loads; an elementwise copy with a per-row guard was not vectorised); rows
-    of queries past N and padding rows are zeros."""
-    half = HEAD_DIM // 2
-    for qi in T.serial(qpc):
-        if q0 + qi < num_queries:
-            T.copy(
-                q[rid, q0 + qi, h0 : h0 + hpc, d0 : d0 + half],
-                q_half[qi * hpc : (qi + 1) * hpc, :],
-            )
-        else:
-            for m, d in T.Parallel(hpc, half):
-                q_half[qi * hpc + m, d] = T.cast(0, T.bfloat16)
-    if qpc * hpc < q_half.shape[0]:
-        for m, d in T.Parallel(q_half.shape[0] - qpc * hpc, half):
-            q_half[qpc * hpc + m, d] = T.cast(0, T.bfloat16)
-
-
-@T.macro
-def _ws_store_out(o_half, out, rid, q0, h0, d0, hpc, qpc, num_queries):
-    """The staged output half of the CTA's live rows, one tile copy per query."""
-    half = HEAD_DIM // 2
-    for qi in T.serial(qpc):
-        if q0 + qi < num_queries:
-            T.copy(
-                o_half[qi * hpc : (qi + 1) * hpc, :],
-                out[rid, q0 + qi, h0 : h0 + hpc, d0 : d0 + half],
-            )
-
-
-@T.macro
-def _ws_softmax_tile(
-    t, q_l, q_r, k_l, k_r, kbuf, ready, free, s_ready, s_free, live_s, len_f,
-    acc_s, acc_o_l, m_i, m_prev, l_i, l_tile, alpha, alpha_s, p_s,
-    live_len, block_kv, scale_log2,
-):  # fmt: skip
-    """Consumer 0, tile t (K buffer kbuf): S = Q K^T, online softmax, P to
-    shared for both consumers, O[:, :256] += P V[:, :256]."""
-    if t * block_kv < live_len:
-        T.barrier_wait(ready[kbuf], (t // 2) % 2)
-        for m, j in T.Parallel(acc_s.shape[0], block_kv):
-            acc_s[m, j] = T.if_then_else(
-                (t * block_kv + j < len_f[m]) & (live_s[kbuf, j] != 0),
-                0,
-                -T.infinity(T.float32),
-            )
-        T.gemm(q_l, k_l, acc_s, transpose_B=True)
-        T.gemm(q_r, k_r, acc_s, transpose_B=True)
-        if t > 0:
-            # consumer 1 is done with the previous P and alpha
-            T.barrier_wait(s_free, (t - 1) % 2)
-        T.copy(m_i, m_prev)
-        T.reduce_max(acc_s, m_i, dim=1, clear=False)
-        for m in T.Parallel(acc_s.shape[0]):
-            m_i[m] = T.max(m_i[m], m_prev[m])
-            alpha[m] = T.exp2((m_prev[m] - m_i[m]) * scale_log2)
-        for m, j in T.Parallel(acc_s.shape[0], block_kv):
-            acc_s[m, j] = T.exp2((acc_s[m, j] - m_i[m]) * scale_log2)
-        T.reduce_sum(acc_s, l_tile, dim=1)
-        for m in T.Parallel(acc_s.shape[0]):
-            l_i[m] = l_i[m] * alpha[m] + l_tile[m]
-        for m, d in T.Parallel(acc_o_l.shape[0], acc_o_l.shape[1]):
-            acc_o_l[m, d] = acc_o_l[m, d] * alpha[m]
-        T.copy(alpha, alpha_s)
-        T.copy(acc_s, p_s)
-        # generic-proxy stores, read next by wgmma (async proxy)
-        T.fence_proxy_async()
-        T.barrier_arrive(s_ready)
-        T.gemm(p_s, k_l, acc_o_l)
-        T.barrier_arrive(free[kbuf])
-
-
-@T.macro
-def _ws_pv_tile(
-    t, k_r, kbuf, free, s_ready, s_free, acc_o_r, alpha_s, p_s, live_len, block_kv
-):
-    """Consumer 1, tile t: O[:, 256:] = alpha O[:, 256:] + P V[:, 256:]."""
-    if t * block_kv < live_len:
-        T.barrier_wait(s_ready, t % 2)
-        for m, d in T.Parallel(acc_o_r.shape[0], acc_o_r.shape[1]):
-            acc_o_r[m, d] = acc_o_r[m, d] * alpha_s[m]
-        T.gemm(p_s, k_r, acc_o_r)
-        T.barrier_arrive(free[kbuf])
-        T.barrier_arrive(s_free)
-
-
-@T.macro
-def _ws_issue_tile(
-    t, stage, raw_ready, raw_s, rope_s, scale_s, idx_s, slots, p,
-    kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
-):  # fmt: skip
-    """Producer: start the async copy (cp.async, no registers held) of tile
-    t's raw fp8_ds_mla bytes into staging slot ``stage``: per token 28
-    16-byte NoPE chunks, 8 RoPE chunks and the 8 scale bytes. Slots past the
-    live length read slot 0 (masked when dequantised). Every producer thread
-    arrives on raw_ready[stage] once its own copies land."""
-    chunks = (NOPE_DIM + 2 * ROPE_DIM) // 16
-    nope_chunks = NOPE_DIM // 16
-    per_thread = block_kv * chunks // 128
-    if t * block_kv < live_len:
-        # all index reads first, then all copies: one sync between them
-        # instead of one around every copy
-        for k in T.unroll(per_thread):
-            pos = t * block_kv + (k * 128 + p) // chunks
-            slots[k] = T.if_then_else(pos < live_len, T.max(idx_s[pos], 0), 0)
-        pos = t * block_kv + p % block_kv
-        slots[per_thread] = T.if_then_else(pos < live_len, T.max(idx_s[pos], 0), 0)
-        for k in T.unroll(per_thread):
-            j = (k * 128 + p) // chunks
-            ch = (k * 128 + p) % chunks
-            page = slots[k] // block_size
-            tok = slots[k] % block_size
-            if ch < nope_chunks:
-                T.ptx_cp_async(
-                    T.access_ptr(raw_s[stage, j, ch * 16], "w", extent=16),
-                    T.access_ptr(
-                        kv_fp8[page, tok * TOKEN_DATA_BYTES + ch * 16], "r", extent=16
-                    ),
-                    16,
-                )
-            else:
-                T.ptx_cp_async(
-                    T.access_ptr(
-                        rope_s[stage, j, (ch - nope_chunks) * 8], "w", extent=8
-                    ),
-                    T.access_ptr(
-                        kv_bf16[
-                            page,
-                            tok * (TOKEN_DATA_BYTES // 2)
-                            + NOPE_DIM // 2
-                            + (ch - nope_chunks) * 8,
-                        ],
-                        "r",
-                        extent=8,
-                    ),
-                    8,
-                )
-        if p < block_kv:
-            T.ptx_cp_async(
-                T.access_ptr(scale_s[stage, p], "w", extent=1),
-                T.access_ptr(
-                    kv_i64[
-                        slots[per_thread] // block_size,
-                        block_size * TOKEN_DATA_BYTES // 8
-                        + slots[per_thread] % block_size,
-                    ],
-                    "r",
-                    extent=1,
-                ),
-                1,
-            )
-        T.cp_async_barrier_noinc(raw_ready[stage])
-
-
-@T.macro
-def _ws_dequant_half(
-    t, stage, k_half, d0, nope_chunks, raw_s, rope_s, scale_s, idx_s, live_s,
-    kbuf, sc, lane, live_len, block_kv,
-):  # fmt: skip
-    """Two producer warps fill one half (dims d0 ... d0 + 256) of K buffer
-    kbuf: lane % 16 owns 16 output columns, 4 tokens a pass. Columns past
-    nope_chunks * 16 are RoPE, copied as they are."""
-    c = lane % 16
-    for k in T.unroll(block_kv // 4):
-        j = k * 4 + lane // 16
-        pos = t * block_kv + j
-        ok = (pos < live_len) & (idx_s[pos] >= 0)
-        if c == 0 and d0 == 0:
-            live_s[kbuf, j] = T.if_then_else(ok, 1, 0)
-        if c < nope_chunks:
-            # the chunk's 2^(byte - 127) once (an expression would be
-            # recomputed for each of the 16 values)
-            sc[0] = T.exp2(
-                T.cast(
-                    (scale_s[stage, j] >> (8 * ((d0 + c * 16) // QUANT_BLOCK))) & 255,
-                    T.float32,
-                )
-                - 127.0
-            )
-            for v in T.vectorized(16):
-                k_half[j, c * 16 + v] = T.if_then_else(
-                    ok,
-                    T.cast(
-                        T.cast(raw_s[stage, j, d0 + c * 16 + v], T.float32) * sc[0],
-                        T.bfloat16,
-                    ),
-                    T.cast(0, T.bfloat16),
-                )
-        else:
-            for v in T.vectorized(16):
-                k_half[j, c * 16 + v] = T.if_then_else(
-                    ok,
-                    rope_s[stage, j, (c - nope_chunks) * 16 + v],
-                    T.cast(0, T.bfloat16),
-                )
-
-
-@T.macro
-def _ws_dequant_tile(
-    t, stage, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
-    raw_s, rope_s, scale_s, idx_s, live_s, sc, p, live_len, block_kv,
-):  # fmt: skip
-    """Producer: once tile t's bytes have landed and both consumers are done
-    with K buffer kbuf, dequantise the staged tile into it (warps 0-1 the
-    left half, warps 2-3 the right half: one code path a warp), mark its
-    live slots and arrive k_ready."""
-    half = HEAD_DIM // 2
-    if t * block_kv < live_len:
-        T.barrier_wait(raw_ready[stage], (t // num_stages) % 2)
-        T.barrier_wait(free[kbuf], (t // 2) % 2 ^ 1)
-        if p < 64:
-            _ws_dequant_half(
-                t, stage, k_l, 0, half // 16, raw_s, rope_s, scale_s, idx_s,
-                live_s, kbuf, sc, p, live_len, block_kv,
-            )  # fmt: skip
-        else:
-            _ws_dequant_half(
-                t, stage, k_r, half, (NOPE_DIM - half) // 16, raw_s, rope_s,
-                scale_s, idx_s, live_s, kbuf, sc, p - 64, live_len,
-                block_kv,
-            )  # fmt: skip
-        # generic-proxy stores, read next by wgmma (async proxy)
-        T.fence_proxy_async()
-        T.barrier_arrive(ready[kbuf])
-
-
-@T.macro
-def _ws_produce_tile(
-    t, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
-    raw_s, rope_s, scale_s, idx_s, slots, live_s, sc, p,
-    kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
-):  # fmt: skip
-    """Dequantise tile t, then reuse its staging slot for tile t + num_stages:
-    num_stages tiles' bytes are in flight while tiles are dequantised."""
-    _ws_dequant_tile(
-        t, t % num_stages, num_stages, k_l, k_r, kbuf, ready, free, raw_ready,
-        raw_s, rope_s, scale_s, idx_s, live_s, sc, p, live_len,
-        block_kv,
-    )  # fmt: skip
-    # every producer thread has read the slot before it is overwritten
-    T.sync_threads(_WS_PRODUCER_BARRIER, 128)
-    _ws_issue_tile(
-        t + num_stages, t % num_stages, raw_ready, raw_s, rope_s, scale_s, idx_s,
-        slots, p, kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
-    )  # fmt: skip
-
-
-@tilelang_jit
-def dspark_draft_attn_ws_tilelang(
-    q,
-    kv_fp8,
-    kv_i64,
-    kv_bf16,
-    indices,
-    lens,
-    attn_sink,
-    out,
-    num_heads: int,
-    num_queries: int,
-    width: int,
-    block_size: int,
-    page_bytes: int,
-    scale: float,
-    heads_per_cta: int = 64,
-    queries_per_cta: int = 1,
-    block_kv: int = 32,
-    num_stages: int = 3,
-):
-    """The same math as dspark_draft_attn_tilelang, warp-specialised (SM90).
-
-    One CTA per (request, query group, head group): up to 64 rows, row m =
-    query q0 + m // heads_per_cta, head h0 + m % heads_per_cta (64 heads x 1
-    query, 16 x 4, ...: rows are not padded where the heads allow it).
-    Three warpgroups, after FlashMLA / TileLang's sparse MLA example:
-
-    * producer (threads 256-383): reads the request's index row once, keeps
-      num_stages tiles of raw fp8_ds_mla bytes in flight (cp.async into
-      staging), and dequantises tile t into the bf16 halves [0, 256) and
-      [256, 512) of K buffer t % 2 once the consumers freed it (k_free),
-      then arrives k_ready;
-    * consumer 0 (threads 0-127): S = Q K^T, online softmax, publishes P and
-      the rescale factor (s_ready), O[:, :256] += P V[:, :256];
-    * consumer 1 (threads 128-255): O[:, 256:] += P V[:, 256:].
-
-    Rows with no live slot give zeros, the sink is folded in at the end.
-    """
-    num_reqs = T.dynamic("num_reqs")
-    num_blocks = T.dynamic("num_blocks")
-    m_pad = 64
-    half = HEAD_DIM // 2
-    hpc = heads_per_cta
-    rows = queries_per_cta * hpc
-    assert rows <= m_pad and num_heads % hpc == 0
-    assert width % block_kv == 0 and block_kv % 4 == 0
-    assert block_kv * (NOPE_DIM + 2 * ROPE_DIM) // 16 % 128 == 0
-    num_pairs = -(-width // block_kv // 2)
-    scale_log2 = scale * LOG2E
-    assert SCALE_BYTES_PER_TOKEN == 8 and page_bytes % 8 == 0
-
-    q: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
-    kv_fp8: T.Tensor[[num_blocks, page_bytes], T.float8_e4m3fn]  # type: ignore[no-redef,valid-type]
-    kv_i64: T.Tensor[[num_blocks, page_bytes // 8], T.int64]  # type: ignore[no-redef,valid-type]
-    kv_bf16: T.Tensor[[num_blocks, page_bytes // 2], T.bfloat16]  # type: ignore[no-redef,valid-type]
-    indices: T.Tensor[[num_reqs, num_queries, width], T.int32]  # type: ignore[no-redef,valid-type]
-    lens: T.Tensor[[num_reqs, num_queries], T.int32]  # type: ignore[no-redef,valid-type]
-    attn_sink: T.Tensor[[num_heads], T.float32]  # type: ignore[no-redef,valid-type]
-    out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]  # type: ignore[no-redef,valid-type]
-
-    with T.Kernel(
-        num_heads // heads_per_cta,
-        T.ceildiv(num_queries, queries_per_cta),
-        num_reqs,
-        threads=384,
-    ) as (gid, qg, rid):
-        q_l = T.alloc_shared([m_pad, half], T.bfloat16)
-        q_r = T.alloc_shared([m_pad, half], T.bfloat16)
-        k_l0 = T.alloc_shared([block_kv, half], T.bfloat16)
-        k_r0 = T.alloc_shared([block_kv, half], T.bfloat16)
-        k_l1 = T.alloc_shared([block_kv, half], T.bfloat16)
-        k_r1 = T.alloc_shared([block_kv, half], T.bfloat16)
-        p_s = T.alloc_shared([m_pad, block_kv], T.bfloat16)
-        live_s = T.alloc_shared([2, block_kv], T.int32)
-        alpha_s = T.alloc_shared([m_pad], T.float32)
-        fin_s = T.alloc_shared([m_pad], T.float32)
-        # producer only: the index row and num_stages tiles of raw bytes
-        idx_s = T.alloc_shared([width], T.int32)
-        raw_s = T.alloc_shared([num_stages, block_kv, NOPE_DIM], T.float8_e4m3fn)
-        rope_s = T.alloc_shared([num_stages, block_kv, ROPE_DIM], T.bfloat16)
-        scale_s = T.alloc_shared([num_stages, block_kv], T.int64)
-
-        acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
-        acc_o_l = T.alloc_fragment([m_pad, half], T.float32)
-        acc_o_r = T.alloc_fragment([m_pad, half], T.float32)
-        m_i = T.alloc_fragment([m_pad], T.float32)
-        m_prev = T.alloc_fragment([m_pad], T.float32)
-        l_i = T.alloc_fragment([m_pad], T.float32)
-        l_tile = T.alloc_fragment([m_pad], T.float32)
-        alpha = T.alloc_fragment([m_pad], T.float32)
-        len_f = T.alloc_fragment([m_pad], T.int32)
-
-        bar_q = T.alloc_barrier(arrive_count=256)
-        k_ready = T.alloc_barrier([128, 128])
-        k_free = T.alloc_barrier([256, 256])
-        s_ready = T.alloc_barrier(arrive_count=128)
-        s_free = T.alloc_barrier(arrive_count=128)
-        fin_ready = T.alloc_barrier(arrive_count=128)
-        raw_ready = T.alloc_barrier([128] * num_stages)
-
-        q0 = qg * queries_per_cta
-        h0 = gid * heads_per_cta
-        # Every role derives the live length from the same lens, so all three
-        # skip the same dead tiles (and their barrier phases). All N rows of
-        # a request carry the same list; gather with the longest one.
-        max_len = T.alloc_var(T.int32, init=0)
-        src_row = T.alloc_var(T.int32, init=0)
-        for n in T.serial(num_queries):
-            if lens[rid, n] > max_len:
-                max_len = lens[rid, n]
-                src_row = n
-        live_len = T.min(max_len, width)
-
-        tx = T.get_thread_binding()
-        if tx < 128:
-            T.set_max_nreg(_WS_REGS[0], 1)
-            _ws_load_q(q, q_l, rid, q0, h0, 0, hpc, queries_per_cta, num_queries)
-            for m in T.Parallel(m_pad):
-                len_f[m] = T.if_then_else(
-                    (m < rows) & (q0 + m // heads_per_cta < num_queries),
-                    lens[rid, T.min(q0 + m // heads_per_cta, num_queries - 1)],
-                    0,
-                )
-            T.fill(acc_o_l, 0)
-            T.fill(l_i, 0)
-            T.fill(m_i, _NEG_LARGE)
-            T.fence_proxy_async()
-            T.barrier_arrive(bar_q)
-            T.barrier_wait(bar_q, 0)
-            for i in T.serial(num_pairs):
-                _ws_softmax_tile(
-                    2 * i, q_l, q_r, k_l0, k_r0, 0, k_ready, k_free, s_ready,
-                    s_free, live_s, len_f, acc_s, acc_o_l, m_i, m_prev, l_i,
-                    l_tile, alpha, alpha_s, p_s, live_len, block_kv, scale_log2,
-                )  # fmt: skip
-                _ws_softmax_tile(
-                    2 * i + 1, q_l, q_r, k_l1, k_r1, 1, k_ready, k_free, s_ready,
-                    s_free, live_s, len_f, acc_s, acc_o_l, m_i, m_prev, l_i,
-                    l_tile, alpha, alpha_s, p_s, live_len, block_kv, scale_log2,
-                )  # fmt: skip
-            # Fold the sink (around max(m, sink): a large or -inf sink cannot
-            # overflow) and hand the per-row factor to consumer 1.
-            for m in T.Parallel(m_pad):
-                sink_log2 = attn_sink[h0 + m % heads_per_cta] * LOG2E
-                m_log2 = m_i[m] * scale_log2
-                top = T.max(m_log2, sink_log2)
-                corr = T.exp2(m_log2 - top)
-                denom = l_i[m] * corr + T.exp2(sink_log2 - top)
-                alpha[m] = T.if_then_else(
-                    (len_f[m] > 0) & (l_i[m] > 0), corr / denom, 0.0
-                )
-            T.copy(alpha, fin_s)
-            T.barrier_arrive(fin_ready)
-            # Q is dead: stage the output there for 16-byte stores.
-            for m, d in T.Parallel(m_pad, half):
-                q_l[m, d] = T.cast(acc_o_l[m, d] * alpha[m], T.bfloat16)
-            _ws_store_out(q_l, out, rid, q0, h0, 0, hpc, queries_per_cta, num_queries)
-        elif tx >= 128 and tx < 256:
-            T.set_max_nreg(_WS_REGS[1], 1)
-            _ws_load_q(q, q_r, rid, q0, h0, half, hpc, queries_per_cta, num_queries)
-            T.fill(acc_o_r, 0)
-            T.fence_proxy_async()
-            T.barrier_arrive(bar_q)
-            for i in T.serial(num_pairs):
-                _ws_pv_tile(
-                    2 * i, k_r0, 0, k_free, s_ready, s_free, acc_o_r, alpha_s,
-                    p_s, live_len, block_kv,
-                )  # fmt: skip
-                _ws_pv_tile(
-                    2 * i + 1, k_r1, 1, k_free, s_ready, s_free, acc_o_r, alpha_s,
-                    p_s, live_len, block_kv,
-                )  # fmt: skip
-            T.barrier_wait(fin_ready, 0)
-            for m, d in T.Parallel(m_pad, half):
-                q_r[m, d] = T.cast(acc_o_r[m, d] * fin_s[m], T.bfloat16)
-            _ws_store_out(
-                q_r, out, rid, q0, h0, half, hpc, queries_per_cta, num_queries
-            )
-        elif tx >= 256:
-            T.set_max_nreg(_WS_REGS[2], 0)
-            p = tx - 256
-            slots = T.alloc_local(
-                [block_kv * (NOPE_DIM + 2 * ROPE_DIM) // 16 // 128 + 1], T.int32
-            )
-            sc = T.alloc_local([1], T.float32)
-            for j in T.serial(T.ceildiv(width, 128)):
-                if j * 128 + p < width:
-                    idx_s[j * 128 + p] = indices[rid, src_row, j * 128 + p]
-            T.sync_threads(_WS_PRODUCER_BARRIER, 128)
-            for t in T.serial(num_stages):
-                _ws_issue_tile(
-                    t, t, raw_ready, raw_s, rope_s, scale_s, idx_s, slots, p,
-                    kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
-                )  # fmt: skip
-            for i in T.serial(num_pairs):
-                _ws_produce_tile(
-                    2 * i, num_stages, k_l0, k_r0, 0, k_ready, k_free, raw_ready,
-                    raw_s, rope_s, scale_s, idx_s, slots, live_s, sc, p,
-                    kv_fp8,
-                    kv_i64, kv_bf16, live_len, block_kv, block_size,
-                )  # fmt: skip
-                _ws_produce_tile(
-                    2 * i + 1, num_stages, k_l1, k_r1, 1, k_ready, k_free,
-                    raw_ready, raw_s, rope_s, scale_s, idx_s, slots, live_s, sc, p,
-                    kv_fp8, kv_i64, kv_bf16, live_len, block_kv, block_size,
-                )  # fmt: skip
-
-
 class DSparkDraftAttnTileLangKernel(
     VllmTileLangJitKernel["DSparkDraftAttnTileLangKernel.CompileKey"]
 ):
@@ -1137,12 +521,9 @@ class DSparkDraftAttnTileLangKernel(
         num_stages: int
         reduce_batch: int
         row_tile: int
-        warp_specialized: bool
         queries_per_cta: int
         kv_splits: int
         q_async: bool
-        global_slots: bool
-        dsmem_merge: bool
         merge_prefetch: bool
         resident: bool
         passes: int
@@ -1151,8 +532,6 @@ class DSparkDraftAttnTileLangKernel(
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
-        if compile_key.warp_specialized:
-            return dspark_draft_attn_ws_tilelang
         if compile_key.resident:
             return dspark_draft_attn_resident_tilelang
         return dspark_draft_attn_tilelang
@@ -1189,12 +568,9 @@ class DSparkDraftAttnTileLangKernel(
             num_stages=cfg.num_stages,
             reduce_batch=cfg.reduce_batch,
             row_tile=cfg.row_tile,
-            warp_specialized=cfg.warp_specialized,
             queries_per_cta=cta_queries(num_queries, cfg),
             kv_splits=cfg.kv_splits,
             q_async=cfg.q_async,
-            global_slots=cfg.global_slots,
-            dsmem_merge=cfg.dsmem_merge,
             merge_prefetch=cfg.merge_prefetch,
             resident=cfg.resident,
             passes=cfg.passes,
@@ -1337,14 +713,6 @@ class DSparkDraftAttnTileLangKernel(
             key.scale,
             key.heads_per_cta,
         )
-        if key.warp_specialized:
-            return (key,), (
-                *tensors,
-                *shape,
-                key.queries_per_cta,
-                key.block_kv,
-                key.num_stages,
-            )
         if key.resident:
             return (key,), (
                 *tensors,
@@ -1368,8 +736,6 @@ class DSparkDraftAttnTileLangKernel(
             key.row_tile,
             key.kv_splits,
             key.q_async,
-            key.global_slots,
-            key.dsmem_merge,
             key.merge_prefetch,
             key.queries_per_cta,
         )

@@ -299,6 +299,13 @@ def kernel_tensors(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> dict[str,
         part_ml=part_ml,
     )
 
+def _tile(heads_per_cta: int, block_kv: int, threads: int, num_stages: int = 1, reduce_batch: int = 1,
+          row_tile: int = 16, queries_per_cta: int = 0, kv_splits: int = 1, q_async: bool = False,
+          **options: Any) -> dc.TileConfig:
+    """A TileConfig from the sweep table's columns (TileConfig takes its options by name)."""
+    return dc.TileConfig(heads_per_cta, block_kv, threads, num_stages, reduce_batch, row_tile,
+                         queries_per_cta=queries_per_cta, kv_splits=kv_splits, q_async=q_async, **options)
+
 
 # Candidate CTA shapes (heads_per_cta, block_kv, threads, num_stages, reduce_batch, row_tile,
 # queries_per_cta, kv_splits, q_async) that satisfy the tile rules (tile_rule_violations); a
@@ -309,7 +316,7 @@ def kernel_tensors(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> dict[str,
 # global_slots and dsmem_merge options were removed (measured slower: runs 8-12, 18-19);
 # earlier runs' files name each row's fields.
 SWEEP_CONFIGS = tuple(
-    dc.TileConfig(*c)
+    _tile(*c)
     for c in (
         (8, 64, 256, 1, 1, 64),
         (8, 64, 256, 1, 6),
@@ -342,49 +349,49 @@ SWEEP_CONFIGS = tuple(
     # between copies): each 0.4-1.1 us faster alone at R = 1, neither with the prefetch.
     replace(base, merge_prefetch=True)
     for base in (
-        dc.TileConfig(4, 32, 256, 1, 1, 64, 0, 6, True),
-        dc.TileConfig(4, 64, 256, 1, 1, 64, 0, 3, True),
+        _tile(4, 32, 256, 1, 1, 64, 0, 6, True),
+        _tile(4, 64, 256, 1, 1, 64, 0, 3, True),
         # 16 heads x 1 query a CTA (16 rows: one warp a warpgroup stores the partial state)
-        dc.TileConfig(16, 32, 256, 1, 1, 64, 1, 6, True),
-        dc.TileConfig(16, 64, 256, 1, 1, 64, 1, 3, True),
+        _tile(16, 32, 256, 1, 1, 64, 1, 6, True),
+        _tile(16, 64, 256, 1, 1, 64, 1, 3, True),
     )
 ) + (
     # wide head groups, as many queries as fill the 64-row wgmma tile (_fill_wgmma_rows:
     # the unsplit default at 64 and 32 heads since run 32; 16 x 4 against 8 x 5 no faster)
-    dc.TileConfig(64, 64, 256, 1, 1, 64, 1, 1, True),
-    dc.TileConfig(16, 64, 256, 1, 1, 64, 4, 1, True),
+    _tile(64, 64, 256, 1, 1, 64, 1, 1, True),
+    _tile(16, 64, 256, 1, 1, 64, 4, 1, True),
     # the wide tile's 64-token tiles over a cluster of 3: H100 run 33, R = 8 39.0 us against 23.3
     # unsplit (R = 6: 22.4 either way), so split_tiles does not offer it
-    dc.TileConfig(64, 64, 256, 1, 1, 64, 1, 3, True),
+    _tile(64, 64, 256, 1, 1, 64, 1, 3, True),
     # the KV-resident kernel (a request's window dequantised once into shared memory, the CTA
     # looping over its query groups): every group in one CTA, and 64 x 1 over 2 CTAs (3 + 2
     # passes), 16 x 4 and 8 x 5 (one pass a head group) beside it
-    dc.TileConfig(64, 64, 256, 1, 1, 64, 1, 1, True, resident=True),
-    dc.TileConfig(64, 64, 256, 1, 1, 64, 1, 1, True, resident=True, passes=3),
-    dc.TileConfig(16, 64, 256, 1, 1, 64, 4, 1, True, resident=True),
-    dc.TileConfig(8, 64, 256, 1, 1, 64, 0, 1, True, resident=True),
+    _tile(64, 64, 256, 1, 1, 64, 1, 1, True, resident=True),
+    _tile(64, 64, 256, 1, 1, 64, 1, 1, True, resident=True, passes=3),
+    _tile(16, 64, 256, 1, 1, 64, 4, 1, True, resident=True),
+    _tile(8, 64, 256, 1, 1, 64, 0, 1, True, resident=True),
 ) + tuple(
     # 32-token tiles over 5 CTAs, one a live tile of DSV4's 128 + N slots (H100 run 46: 4 heads
     # x N the same as over 6 or up to 4 % faster; 16 heads x 1 query 9.7 / 8.7 us at R = 1 x
     # 64 / 16, the R = 1 default since, where over 6 its 20 clusters at 64 heads took 17.4)
-    replace(dc.TileConfig(*c), merge_prefetch=True)
+    replace(_tile(*c), merge_prefetch=True)
     for c in ((4, 32, 256, 1, 1, 64, 0, 5, True), (16, 32, 256, 1, 1, 64, 1, 5, True))
 ) + tuple(
     # 16 heads x 1 query on mma.sync (16 rows, not a 64-row wgmma tile padded from 16): a
     # fourth of the MMA work and of the partial state's stores a warp; 128 threads for 32-token
     # tiles over 5 CTAs, 256 for 64-token tiles over 3 (each warp >= 8 columns). Their merge
     # slices run past the 16 rows, so the scratch grows to the slices (scratch_rows)
-    replace(dc.TileConfig(*c), merge_prefetch=prefetch)
+    replace(_tile(*c), merge_prefetch=prefetch)
     for c in ((16, 32, 128, 1, 1, 16, 1, 5, True), (16, 64, 256, 1, 1, 16, 1, 3, True))
     for prefetch in (False, True)
 ) + (
     # the same with a thread's two rows reduced together, and 4 heads x N (20 rows, padded to 32)
-    dc.TileConfig(16, 32, 128, 1, 2, 16, 1, 5, True, merge_prefetch=True),
-    dc.TileConfig(4, 32, 128, 1, 1, 16, 0, 5, True, merge_prefetch=True),
+    _tile(16, 32, 128, 1, 2, 16, 1, 5, True, merge_prefetch=True),
+    _tile(4, 32, 128, 1, 1, 16, 0, 5, True, merge_prefetch=True),
     # wider heads x 1 query over 5 CTAs for 64 heads at R = 1-2: half or a fourth of the 16 x 1
     # tile's CTAs, more rows a merge (64 x 1: 14-row slices, the scratch's 70 rows)
-    dc.TileConfig(32, 32, 256, 1, 1, 64, 1, 5, True, merge_prefetch=True),
-    dc.TileConfig(64, 32, 256, 1, 1, 64, 1, 5, True, merge_prefetch=True),
+    _tile(32, 32, 256, 1, 1, 64, 1, 5, True, merge_prefetch=True),
+    _tile(64, 32, 256, 1, 1, 64, 1, 5, True, merge_prefetch=True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass

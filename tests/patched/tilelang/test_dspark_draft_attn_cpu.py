@@ -305,7 +305,7 @@ def test_scratch_holds_every_merge_slice_the_prefetch_copies(kernel_module):
     slices of 4 (3 of 6 over 3 splits): the merge_prefetch copy reads whole slices, so a split's
     scratch rows grow to them, in the kernel's signature, the warm-up tensors and the wrapper's
     scratch alike. A wgmma tile's 64 padded rows already hold every slice."""
-    mma = dc.TileConfig(16, 32, 128, 1, 1, 16, 1, 5, True, merge_prefetch=True)
+    mma = dc.TileConfig(16, 32, 128, 1, 1, 16, queries_per_cta=1, kv_splits=5, q_async=True, merge_prefetch=True)
     assert dc.tile_rule_violations(mma, 5) == []
     assert dc.scratch_rows(1, 16, 16, 5, True) == 20 and dc.scratch_rows(1, 16, 16, 5, False) == 16
     assert dc.scratch_rows(1, 16, 16, 3, True) == 18
@@ -697,6 +697,14 @@ def test_eager_launches_reuse_the_compiled_kernel(kernel_module):
     for _ in range(2):
         plain.launch(lambda *args: calls.append(args), (q, lens, 64, 0.25))
     assert len(calls) == 2 and plain._compiled == {}
+
+
+def test_tile_options_are_keyword_only():
+    """A positional TileConfig past row_tile broke when fields were removed (2026-12-07: a GPU
+    test's False for warp_specialized became queries_per_cta); the options take names only."""
+    assert dc.TileConfig(8, 64, 256, 1, 1, 64, queries_per_cta=1).queries_per_cta == 1
+    with pytest.raises(TypeError):
+        dc.TileConfig(8, 64, 256, 1, 1, 64, 1)
 
 
 def test_tile_rules_catch_unbuildable_shapes():

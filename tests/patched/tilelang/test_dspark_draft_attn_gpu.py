@@ -43,7 +43,10 @@ def test_cuda_graph_rewrite_and_replay():
 def test_wide_head_groups(num_heads, num_queries, queries_per_cta):
     # unsplit tiles of a wide head group x a few queries (SM90's default at 64 and 32 heads, where
     # large batches take it); a request's last CTA holds fewer queries at 32 x 2 and 16 x 4 (N = 5)
-    tile = g.dc.TileConfig(num_heads, 64, 256, 1, 1, 64, False, queries_per_cta, 1, True)
+    tile = g.dc.TileConfig(
+        heads_per_cta=num_heads, block_kv=64, threads=256, num_stages=1, row_tile=64,
+        queries_per_cta=queries_per_cta, q_async=True,
+    )
     assert g.dc.tile_rule_violations(tile, num_queries) == []
     res = g.check_case(3, num_heads, num_queries, seed=41 + num_heads, tile=tile)
     assert res["finite"] and res["empty_rows_exact_zero"] and res["bitwise_repeatable"], res

@@ -11,7 +11,7 @@ fp8_ds_mla page (block_size tokens, page stride padded to 576 B): token t's
 """
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 
 import torch
 
@@ -83,6 +83,9 @@ class TileConfig:
     # MMA row tile the query rows are padded to: 16 (mma.sync) or 64 (wgmma,
     # SM90 only, whole warpgroups)
     row_tile: int = 16
+    # the options below by name only: a field removed or added would shift a
+    # positional call's values silently into the wrong ones
+    _: KW_ONLY
     # a CTA takes this many of the request's consecutive
     # queries (0 = all N), so the plain kernel's wide head groups (64 heads x
     # 1 query) fill the 64-row wgmma tile (_fill_wgmma_rows)

@@ -424,7 +424,7 @@ def test_launch_tile_takes_the_finest_split_that_fits():
     whose clusters all run at once (co_resident_clusters); past that no split, the unsplit
     launch keeping the default tile. The KV tiles a group splits into are those of a row's live
     slots (DSpark: window + N = 133, 5 of 32 tokens; the width, 192, gives 6 and the pre-run-46
-    picks). Never on SM12x (untested there) or the warp-specialised kernel."""
+    picks). Never on SM12x (untested there)."""
     cfg = dc.select_tile_config(64, 5, (9, 0))  # 64 heads x 1 query a CTA, 64-token tiles
     shape = lambda t: (t.heads_per_cta, dc.cta_queries(5, t), t.block_kv, t.kv_splits)  # noqa: E731
     live = dc.dspark_live_slots(128, 5)
@@ -821,8 +821,8 @@ def test_split_rule_times_what_fits_beside_the_pick(capsys):
 def test_kv_resident_tile_rules():
     """The KV-resident kernel (large SM90 batches): a CTA a (request, head group) looping over
     `passes` query groups of one 64-row wgmma tile each, 2 x 64 + 16 resident slots (>= the
-    window of 128 + N) in SM90's shared memory. Never SM12x (its 99 KB do not hold them) or the
-    warp-specialised kernel; the CTA count follows the passes."""
+    window of 128 + N) in SM90's shared memory. Never SM12x (its 99 KB do not hold them); the
+    CTA count follows the passes."""
     for h, n, heads, queries, ctas in ((64, 5, 64, 1, 1), (64, 7, 64, 1, 1), (32, 5, 32, 2, 1),
                                         (16, 5, 16, 4, 1), (8, 7, 8, 7, 1)):
         t = dc.resident_tile(dc.select_tile_config(h, n, (9, 0)), h, n)

@@ -299,6 +299,7 @@ def kernel_tensors(b: Batch, out: torch.Tensor, cfg: dc.TileConfig) -> dict[str,
         part_ml=part_ml,
     )
 
+
 def _tile(heads_per_cta: int, block_kv: int, threads: int, num_stages: int = 1, reduce_batch: int = 1,
           row_tile: int = 16, queries_per_cta: int = 0, kv_splits: int = 1, q_async: bool = False,
           **options: Any) -> dc.TileConfig:

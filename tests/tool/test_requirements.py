@@ -1,7 +1,8 @@
-"""ci/build.sh installs one requirements file and then runs Python scripts with it: every module
-those scripts import (at any depth, lazy imports inside functions included) must come from the
-standard library, from this project, or from a distribution that file declares. A fresh machine
-failed exactly here once (ci/install.py needed `packaging`, declared nowhere)."""
+"""ci/build.sh, and each stage of ci/test.sh, installs requirement files and then runs Python
+scripts with them: every module those scripts import (at any depth, lazy imports inside functions
+included) must come from the standard library, from this project, or from a distribution those
+files declare. A fresh machine failed exactly here once (ci/install.py needed `packaging`,
+declared nowhere)."""
 
 from __future__ import annotations
 

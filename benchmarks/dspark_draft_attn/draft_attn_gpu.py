@@ -393,11 +393,6 @@ SWEEP_CONFIGS = tuple(
     # tile's CTAs, more rows a merge (64 x 1: 14-row slices, the scratch's 70 rows)
     _tile(32, 32, 256, 1, 1, 64, 1, 5, True, merge_prefetch=True),
     _tile(64, 32, 256, 1, 1, 64, 1, 5, True, merge_prefetch=True),
-    # the KV-resident tiles R = 256 takes (64 x 1, 16 x 4) with the next pass's Q loaded during
-    # the last tile (q_prefetch, resident_tile's default since 2026-12-07); indices 21 and 23
-    # are the same without it
-    _tile(64, 64, 256, 1, 1, 64, 1, 1, True, resident=True, q_prefetch=True),
-    _tile(16, 64, 256, 1, 1, 64, 4, 1, True, resident=True, q_prefetch=True),
 )
 # Run 23 also swept two options since removed, both slower: every index row read with Q and
 # the lens (one DRAM trip instead of two; R = 1 14.7 -> 15.2 us) and the L2 merge in one pass

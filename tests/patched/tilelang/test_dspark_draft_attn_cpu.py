@@ -199,8 +199,6 @@ def test_compile_keys(kernel_module):
     k90, *split, kres = owner.get_warmup_keys(**kw, capability=(9, 0))
     assert (kres.resident, kres.heads_per_cta, kres.queries_per_cta, kres.passes) == (True, 16, 4, 0)
     assert (kres.block_kv, kres.resident_tiles, kres.tail_kv, kres.kv_splits) == (64, 2, 16, 1)
-    # the next pass's Q loaded during the last tile's softmax; the streaming keys have no passes
-    assert kres.q_prefetch and not any(k.q_prefetch for k in (k90, *split))
     assert owner.kernel(kres) is kernel_module.dspark_draft_attn_resident_tilelang
     assert not any(k.resident for k in (k90, *split))
     # 8 heads: the resident tile would be one pass a CTA (8 x 8 rows), which never pays
@@ -843,12 +841,6 @@ def test_kv_resident_tile_rules():
     assert dc.tile_rule_violations(dataclasses.replace(split, heads_per_cta=16, queries_per_cta=5), 5)
     assert dc.tile_rule_violations(dataclasses.replace(split, kv_splits=2), 5)
     assert dc.tile_rule_violations(dataclasses.replace(split, tail_kv=8), 5)
-    # the Q prefetch is the resident kernel's (its passes); the streaming kernel has one pass
-    assert split.q_prefetch and not dc.tile_rule_violations(dataclasses.replace(split, q_prefetch=False), 5)
-    streaming = dc.select_tile_config(64, 5, (9, 0))
-    assert not streaming.q_prefetch and not dc.tile_rule_violations(streaming, 5)
-    assert any("q_prefetch" in v for v in dc.tile_rule_violations(
-        dataclasses.replace(streaming, q_prefetch=True), 5))
 
 
 def test_cluster_capacity_probe_lays_out_cuda_h_structs():

@@ -3,8 +3,6 @@
 GPU (skipped without CUDA or tilelang). The full matrix and the benchmark are
 benchmarks/dspark_draft_attn/draft_attn_gpu.py (GPU harness stage tilelang_draft_attn)."""
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -61,10 +59,7 @@ def test_wide_head_groups(num_heads, num_queries, queries_per_cta):
     # query), a request's groups over 2 CTAs (3 + 2 passes), and 8 heads x N (one pass)
     [(3, 64, 7, 0), (5, 16, 5, 0), (4, 64, 5, 3), (9, 8, 7, 0), (6, 32, 5, 0)],
 )
-# q_prefetch (the default): the next pass's Q loaded during the pass's last tile, the output
-# stored from registers; without it, Q after the pass and the output through shared memory
-@pytest.mark.parametrize("q_prefetch", [True, False])
-def test_kv_resident_kernel(num_reqs, num_heads, num_queries, passes, q_prefetch):
+def test_kv_resident_kernel(num_reqs, num_heads, num_queries, passes):
     # the kernel large batches take on SM90 (launch_tile): the request's window dequantised once
     # into shared memory, the CTA looping over its query groups
     cap = torch.cuda.get_device_capability(0)
@@ -72,18 +67,15 @@ def test_kv_resident_kernel(num_reqs, num_heads, num_queries, passes, q_prefetch
         pytest.skip("the KV-resident kernel is SM90's")
     tile = g.dc.resident_tile(g.dc.select_tile_config(num_heads, num_queries, cap), num_heads, num_queries,
                               passes=passes)
-    tile = dataclasses.replace(tile, q_prefetch=q_prefetch)
     assert g.dc.tile_rule_violations(tile, num_queries) == []
     res = g.check_case(num_reqs, num_heads, num_queries, seed=53 + num_heads + passes, tile=tile)
     assert res["finite"] and res["empty_rows_exact_zero"] and res["bitwise_repeatable"], res
     assert res["ok"], res
 
 
-@pytest.mark.parametrize("q_prefetch", [True, False])
-def test_kv_resident_kernel_rows_wider_than_its_tiles(q_prefetch):
+def test_kv_resident_kernel_rows_wider_than_its_tiles():
     # index rows with more live slots than the 144 resident rows (never DSpark's window of
-    # 128 + N, but the kernel's contract is any lens <= width): dequantised chunk by chunk; the
-    # next pass's Q (q_prefetch) is issued in the last chunk only
+    # 128 + N, but the kernel's contract is any lens <= width): dequantised chunk by chunk
     cap = torch.cuda.get_device_capability(0)
     if cap[0] != 9:
         pytest.skip("the KV-resident kernel is SM90's")
@@ -96,7 +88,6 @@ def test_kv_resident_kernel_rows_wider_than_its_tiles(q_prefetch):
     b.lens.fill_(b.width)
     b.lens[-b.n:] = 150  # one request just past one chunk
     tile = g.dc.resident_tile(g.dc.select_tile_config(64, 5, cap), 64, 5)
-    tile = dataclasses.replace(tile, q_prefetch=q_prefetch)
     out = torch.empty_like(b.q)
     g.run_kernel(b, out, tile=tile)
     res = g.compare(out, g.reference(b), b.lens)

@@ -109,9 +109,6 @@ class TileConfig:
     passes: int = 0
     resident_tiles: int = 2
     tail_kv: int = 16
-    # KV-resident kernel: the next pass's Q loaded during this pass's last
-    # tile (after its S = Q K^T), the output stored from registers
-    q_prefetch: bool = False
 
 
 def query_groups(num_queries: int, queries_per_cta: int) -> tuple[int, int]:
@@ -137,8 +134,6 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
     """
     if cfg.resident:
         return _resident_rule_violations(cfg, num_queries)
-    if cfg.q_prefetch:
-        return ["q_prefetch is the KV-resident kernel's (its passes)"]
     rows = padded_rows(cta_queries(num_queries, cfg), cfg.heads_per_cta, cfg.row_tile)
     bad = []
     if cfg.row_tile == 64:
@@ -370,7 +365,6 @@ def resident_tile(
         passes=passes,
         resident_tiles=2,
         tail_kv=16,
-        q_prefetch=True,
     )
 
 

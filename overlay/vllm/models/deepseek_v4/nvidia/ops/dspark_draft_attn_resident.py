@@ -72,7 +72,6 @@ def dspark_draft_attn_resident_tilelang(
     resident_tiles: int = 2,
     tail_kv: int = 16,
     threads: int = 256,
-    q_prefetch: bool = False,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V,
     K = V = the request's dequantised fp8_ds_mla rows (the streaming kernel's
@@ -81,12 +80,6 @@ def dspark_draft_attn_resident_tilelang(
     A CTA: one (request, head group) and `passes` consecutive query groups of
     queries_per_cta queries (0 = all of the request's groups), the request's
     KV dequantised into shared memory once for all of them.
-
-    q_prefetch: the next pass's Q is issued (cp.async into q_s) as soon as
-    this pass's last S = Q K^T has read q_s, so its DRAM trip overlaps the
-    last tile's softmax and P V and the output stores; the output then goes
-    to global memory from the accumulator's registers (4-byte stores) instead
-    of through q_s.
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
@@ -168,20 +161,9 @@ def dspark_draft_attn_resident_tilelang(
                 q0 = grp * qpc
                 live_rows = T.min(num_queries - q0, qpc) * heads_per_cta
                 if p > 0:
-                    # the previous pass's output left through q_s (or, with
-                    # q_prefetch, its last tile issued this pass's Q)
+                    # the previous pass's output left through q_s
                     T.sync_threads()
-                    if q_prefetch:
-                        if num_chunks == 0:
-                            _issue_q(
-                                q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries
-                            )
-                    else:
-                        _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries)
-                # the next pass's query group, where this CTA has one
-                next_q0 = T.if_then_else(
-                    (p + 1 < n_pass) & (grp + 1 < q_groups), q0 + qpc, num_queries
-                )
+                    _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries)
                 if live_rows < m_pad:
                     for m, d in T.Parallel(m_pad, HEAD_DIM):
                         if m >= live_rows:
@@ -215,43 +197,21 @@ def dspark_draft_attn_resident_tilelang(
                     T.sync_threads()
                     for t in T.serial(resident_tiles):
                         if c * cap + t * block_kv < live_len:
-                            _tile_scores(
-                                q_s, kv_s, t, t * block_kv, slot_s, len_s, acc_s,
-                                c * cap,
-                            )  # fmt: skip
-                            if q_prefetch:
-                                _prefetch_q(
-                                    q, q_s, rid, next_q0, gid, heads_per_cta, qpc,
-                                    num_queries,
-                                    c * cap + (t + 1) * block_kv >= live_len,
-                                )  # fmt: skip
-                            _tile_update(
-                                kv_s, t, p_s, acc_s, acc_o, m_i, m_prev, l_i, l_tile,
-                                alpha, scale_log2,
+                            _attend_tile(
+                                q_s, kv_s, t, t * block_kv, p_s, slot_s, len_s, acc_s,
+                                acc_o, m_i, m_prev, l_i, l_tile, alpha, c * cap,
+                                scale_log2,
                             )  # fmt: skip
                     if c * cap + full < live_len:
-                        _tile_scores(
-                            q_s, kv_tail, 0, full, slot_s, len_s, acc_t, c * cap
-                        )
-                        if q_prefetch:
-                            _prefetch_q(
-                                q, q_s, rid, next_q0, gid, heads_per_cta, qpc,
-                                num_queries, c * cap + cap >= live_len,
-                            )  # fmt: skip
-                        _tile_update(
-                            kv_tail, 0, p_tail, acc_t, acc_o, m_i, m_prev, l_i,
-                            l_tile, alpha, scale_log2,
+                        _attend_tile(
+                            q_s, kv_tail, 0, full, p_tail, slot_s, len_s, acc_t,
+                            acc_o, m_i, m_prev, l_i, l_tile, alpha, c * cap,
+                            scale_log2,
                         )  # fmt: skip
                 # Q's copies are waited on in the chunk loop, which an empty
-                # row skips; q_s is written below (with q_prefetch only the
-                # empty row's own Q is waited on: the next pass's may be in
-                # flight, and q_s is not written)
-                if q_prefetch:
-                    if num_chunks == 0:
-                        T.ptx_wait_group(0)
-                else:
-                    T.ptx_wait_group(0)
-                    T.sync_threads()
+                # row skips; q_s is written below
+                T.ptx_wait_group(0)
+                T.sync_threads()
                 # the sink, computed around max(m, sink) (no overflow for a
                 # large or -inf sink); rows with no live slot give zeros
                 for m in T.Parallel(m_pad):
@@ -265,28 +225,17 @@ def dspark_draft_attn_resident_tilelang(
                     alpha[m] = T.if_then_else(
                         (len_s[m] > 0) & (l_i[m] > 0), corr / denom, 0.0
                     )
-                if q_prefetch:
-                    # from registers: q_s holds (or awaits) the next pass's Q
-                    for m, d in T.Parallel(m_pad, HEAD_DIM):
-                        if m < live_rows:
-                            out[
-                                rid,
-                                q0 + m // heads_per_cta,
-                                gid * heads_per_cta + m % heads_per_cta,
-                                d,
-                            ] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
-                else:
-                    # through q_s (free until the next pass) for 16-byte stores
-                    for m, d in T.Parallel(m_pad, HEAD_DIM):
-                        q_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
-                    for m, d in T.Parallel(rows, HEAD_DIM):
-                        if m < live_rows:
-                            out[
-                                rid,
-                                q0 + m // heads_per_cta,
-                                gid * heads_per_cta + m % heads_per_cta,
-                                d,
-                            ] = q_s[m, d]
+                # through q_s (free until the next pass) for 16-byte stores
+                for m, d in T.Parallel(m_pad, HEAD_DIM):
+                    q_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
+                for m, d in T.Parallel(rows, HEAD_DIM):
+                    if m < live_rows:
+                        out[
+                            rid,
+                            q0 + m // heads_per_cta,
+                            gid * heads_per_cta + m % heads_per_cta,
+                            d,
+                        ] = q_s[m, d]
 
 
 # Helpers after the kernel's @tilelang_jit: without tilelang, importing this
@@ -441,14 +390,14 @@ def _scaled(raw, scale):
     return T.cast(T.cast(raw, T.float32) * T.cast(scale, T.float32), T.bfloat16)
 
 
-# A tile kv3[t] (chunk slots j0 ...) of the online softmax is the streaming
-# kernel's loop body without its gather, in two halves: the scores (the only
-# read of q_s) and the update, so q_prefetch can issue the next pass's Q
-# between them.
 @T.macro
-def _tile_scores(q_s, kv3, t, j0, slot_s, len_s, acc, pos0):
-    """The scores of tile kv3[t] into acc (Q K^T; dead and out-of-length
-    slots at -inf). pos0: the chunk's first index position."""
+def _attend_tile(
+    q_s, kv3, t, j0, p, slot_s, len_s, acc, acc_o, m_i, m_prev, l_i, l_tile,
+    alpha, pos0, scale_log2,
+):  # fmt: skip
+    """Tile kv3[t] (chunk slots j0 ...) of the online softmax: the streaming
+    kernel's loop body without its gather; pos0: the chunk's first index
+    position."""
     m_pad, cols = acc.shape
     for m, j in T.Parallel(m_pad, cols):
         acc[m, j] = T.if_then_else(
@@ -457,26 +406,6 @@ def _tile_scores(q_s, kv3, t, j0, slot_s, len_s, acc, pos0):
             -T.infinity(T.float32),
         )
     T.gemm(q_s, kv3[t, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)
-
-
-@T.macro
-def _prefetch_q(
-    q, q_s, rid, next_q0, gid, heads_per_cta, qpc, num_queries, last_tile
-):  # fmt: skip
-    """After the pass's last tile's scores (every warpgroup's GEMM has read
-    q_s at the barrier): the next pass's Q into q_s, where there is one
-    (next_q0 < num_queries)."""
-    if last_tile & (next_q0 < num_queries):
-        T.sync_threads()
-        _issue_q(q, q_s, rid, next_q0, gid, heads_per_cta, qpc, num_queries)
-
-
-@T.macro
-def _tile_update(
-    kv3, t, p, acc, acc_o, m_i, m_prev, l_i, l_tile, alpha, scale_log2
-):  # fmt: skip
-    """The online softmax of the scores in acc, then O += P V."""
-    m_pad, cols = acc.shape
     T.copy(m_i, m_prev)
     T.reduce_max(acc, m_i, dim=1, clear=False)
     for m in T.Parallel(m_pad):

@@ -529,7 +529,6 @@ class DSparkDraftAttnTileLangKernel(
         passes: int
         resident_tiles: int
         tail_kv: int
-        q_prefetch: bool
 
     @staticmethod
     def kernel(compile_key: CompileKey) -> Any:
@@ -577,7 +576,6 @@ class DSparkDraftAttnTileLangKernel(
             passes=cfg.passes,
             resident_tiles=cfg.resident_tiles,
             tail_kv=cfg.tail_kv,
-            q_prefetch=cfg.q_prefetch,
         )
 
     def get_warmup_keys(
@@ -725,7 +723,6 @@ class DSparkDraftAttnTileLangKernel(
                 key.resident_tiles,
                 key.tail_kv,
                 key.threads,
-                key.q_prefetch,
             )
         return (key,), (
             *tensors,

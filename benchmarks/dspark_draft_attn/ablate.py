@@ -73,22 +73,30 @@ def variant_source(name: str) -> str:
 
 def plain_kernel_source() -> str:
     """The plain kernel function's source, without its decorator line."""
-    text = _kernel_text()
-    fn = next(n for n in ast.parse(text).body
-              if isinstance(n, ast.FunctionDef) and n.name == "dspark_draft_attn_tilelang")
+    return _function_text(_kernel_text(), "dspark_draft_attn_tilelang")
+
+
+def function_source(file_name: str, name: str) -> str:
+    """Function `name` of a kernel module's file (beside the plain kernel's), without its
+    decorator line. Read, not imported: no tilelang needed."""
+    return _function_text(Path(g.dc.__file__).with_name(file_name).read_text(), name)
+
+
+def _function_text(text: str, name: str) -> str:
+    fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
     return "".join(text.splitlines(keepends=True)[fn.lineno - 1 : fn.end_lineno])
 
 
-def jit_source(src: str, fn_name: str):
-    """tilelang.jit (vLLM's pass configs) of function fn_name defined by src, in the kernel
-    module's namespace."""
+def jit_source(src: str, fn_name: str, module=None):
+    """tilelang.jit (vLLM's pass configs) of function fn_name defined by src, in the namespace
+    of `module` (default: the plain kernel's module)."""
     import tilelang
     from vllm.tilelang_utils import _get_pass_configs
 
     # TileLang parses the function from its source file: give the variant a real one
     path = Path(tempfile.gettempdir()) / f"dspark_draft_attn_{fn_name}.py"
     path.write_text(src)
-    ns = dict(vars(g.dk))
+    ns = dict(vars(module or g.dk))
     exec(compile(src, str(path), "exec"), ns)
     return tilelang.jit(pass_configs=_get_pass_configs())(ns[fn_name])
 

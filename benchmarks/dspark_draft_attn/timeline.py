@@ -11,10 +11,16 @@ case, L2 hot (the same launch repeated) and cold (a 256 MB memset first), after 
 Reported per point: the median and max over CTAs of the time since the CTA's entry, and the
 spread of CTA entries (waves, launch skew) beside the kernel's span.
 
+--kernel resident stamps the KV-resident kernel (R = 256's launch) instead: entry, the window
+gathered, then per pass (a 64-row query group) its top, Q ready (the first chunk's wait), each
+tile's top (two 64-token tiles and the 16-token tail), the tiles done, the sink folded in, the
+output stores issued; cases at R = 8 (one CTA a request's head group, an idle GPU), 132 (one
+wave) and 256 (two), at 64 and 16 heads.
+
 The stamps cost a few instructions each and keep the compiler from moving work across them,
 so the total is a little above the unstamped kernel's: read the phases, not the total.
 
-    python -m benchmarks.dspark_draft_attn.timeline --json out.json
+    python -m benchmarks.dspark_draft_attn.timeline --json out.json [--kernel resident]
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmarks.dspark_draft_attn import ablate
 from benchmarks.dspark_draft_attn import draft_attn_gpu as g
@@ -103,6 +109,86 @@ def jit_stamped():
     return ablate.jit_source(stamped_source(), "timeline_dspark_draft_attn")
 
 
+# The KV-resident kernel: points outside the pass loop, then PASS_POINTS per pass
+RES_POINTS = {"entry": 2, "gathered": 3, "end": 4}
+PASS_BASE = 5
+PASS_POINTS = ("pass_top", "q_ready", "t0_top", "t1_top", "tail_top", "tiles_done", "sink_done", "stored")
+MAX_PASSES = 7  # 64 heads x 1 query at N = 7
+RES_SLOTS = 64
+assert PASS_BASE + MAX_PASSES * len(PASS_POINTS) <= RES_SLOTS
+
+
+def _resident_edits() -> list[tuple[str, str]]:
+    i8, i16, i20, i24 = (" " * n for n in (8, 16, 20, 24))
+    at = lambda k: f"{PASS_BASE} + p * {len(PASS_POINTS)} + {k}"  # noqa: E731
+    point = PASS_POINTS.index
+    return [
+        (f"{i8}# The first pass's Q in flight", f"{i8}T.import_source({_GLOBALTIMER!r})\n"
+         + _stamp(i8, str(GT_ENTRY), "dspark_globaltimer") + _stamp(i8, str(RES_POINTS["entry"]))),
+        (f"{i8}for p in T.serial(n_pass):\n", _stamp(i8, str(RES_POINTS["gathered"]))),
+        (f"{i16}q0 = grp * qpc\n", _stamp(i16, at(point("pass_top")))),
+        (f"{i20}for t in T.serial(resident_tiles):\n", _stamp(i20, at(point("q_ready")))),
+        # t0_top, t1_top: the loop's tile t (resident_tiles == 2, as resident_tile sets)
+        (f"{i24}if c * cap + t * block_kv < live_len:\n", _stamp(i24, at(f"{point('t0_top')} + t"))),
+        (f"{i20}if c * cap + full < live_len:\n", _stamp(i20, at(point("tail_top")))),
+        (f"{i16}# Q's copies are waited on in the chunk loop", _stamp(i16, at(point("tiles_done")))),
+        (f"{i16}# through q_s (free until the next pass)", _stamp(i16, at(point("sink_done")))),
+    ]
+
+
+def resident_stamped_source() -> str:
+    """The KV-resident kernel function with a `stamps` argument and the stamps inserted."""
+    src = ablate.function_source("dspark_draft_attn_resident.py", "dspark_draft_attn_resident_tilelang")
+    for anchor, stamp in _resident_edits():
+        if src.count(anchor) != 1:
+            raise ValueError(f"timeline: anchor {anchor!r} occurs {src.count(anchor)} times in the resident kernel")
+        src = src.replace(anchor, stamp + anchor)
+    out_type = "    out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]"
+    for old, new in (
+        ("    out,\n    num_heads: int,", "    out,\n    stamps,\n    num_heads: int,"),
+        (out_type, f"    stamps: T.Tensor[[num_reqs, head_groups * cta_groups, {RES_SLOTS}], T.int64]  "
+         f"# type: ignore\n{out_type}"),
+    ):
+        if src.count(old) != 1:
+            raise ValueError(f"timeline: {old!r} occurs {src.count(old)} times in the resident kernel")
+        src = src.replace(old, new)
+    # the pass's last statement is its output stores: "stored" after them, in the pass
+    src = (src.rstrip("\n") + "\n" + _stamp(" " * 16, f"{PASS_BASE} + p * {len(PASS_POINTS)} + "
+                                              f"{PASS_POINTS.index('stored')}")
+           + _stamp(" " * 8, str(RES_POINTS["end"])) + _stamp(" " * 8, str(GT_END), "dspark_globaltimer"))
+    return src.replace("def dspark_draft_attn_resident_tilelang(", "def timeline_dspark_draft_attn_resident(", 1)
+
+
+def jit_resident_stamped():
+    from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_resident as dr
+
+    return ablate.jit_source(resident_stamped_source(), "timeline_dspark_draft_attn_resident", module=dr)
+
+
+def resident_stamped_args(b: g.Batch, out, cfg, stamps) -> tuple:
+    """The resident kernel's launch arguments with stamps after out."""
+    args = list(ablate.args_for(b, out, cfg))
+    out_at = 7  # q, kv_fp8, kv_i64, kv_bf16, indices, lens, attn_sink, out
+    return (*args[: out_at + 1], stamps, *args[out_at + 1 :])
+
+
+def resident_names() -> dict[int, str]:
+    out = {v: k for k, v in RES_POINTS.items()}
+    for p in range(MAX_PASSES):
+        for i, name in enumerate(PASS_POINTS):
+            out[PASS_BASE + p * len(PASS_POINTS) + i] = f"p{p}_{name}"
+    return out
+
+
+class Layout(NamedTuple):
+    """Where a stamped kernel keeps its points: slots a CTA, names, entry and end slots."""
+
+    slots: int
+    names: dict[int, str]
+    entry: int
+    end: int
+
+
 def stamped_args(b: g.Batch, out, cfg, stamps) -> tuple:
     """The kernel's launch arguments (as its owner lays them out) with stamps after part_ml."""
     args = list(ablate.args_for(b, out, cfg))
@@ -118,16 +204,24 @@ def names() -> dict[int, str]:
     return out
 
 
-def summarise(stamps) -> dict[str, Any]:
+def plain_layout() -> Layout:
+    return Layout(SLOTS, names(), POINTS["entry"], AFTER["end"])
+
+
+def resident_layout() -> Layout:
+    return Layout(RES_SLOTS, resident_names(), RES_POINTS["entry"], RES_POINTS["end"])
+
+
+def summarise(stamps, layout: Layout | None = None) -> dict[str, Any]:
     """Per point: median / max over CTAs of ns since the CTA's entry; CTA entry spread."""
-    s = stamps.reshape(-1, SLOTS).cpu().tolist()
+    lay = layout or plain_layout()
+    s = stamps.reshape(-1, lay.slots).cpu().tolist()
     ns_per_cycle = statistics.median(
-        (c[GT_END] - c[GT_ENTRY]) / (c[AFTER["end"]] - c[POINTS["entry"]])
-        for c in s if c[AFTER["end"]] > c[POINTS["entry"]] > 0
+        (c[GT_END] - c[GT_ENTRY]) / (c[lay.end] - c[lay.entry]) for c in s if c[lay.end] > c[lay.entry] > 0
     )
     points = {}
-    for slot, name in sorted(names().items()):
-        d = [(c[slot] - c[POINTS["entry"]]) * ns_per_cycle / 1000 for c in s if c[slot] >= 0]
+    for slot, name in sorted(lay.names.items()):
+        d = [(c[slot] - c[lay.entry]) * ns_per_cycle / 1000 for c in s if c[slot] >= 0]
         if d:
             points[name] = dict(median_us=statistics.median(d), max_us=max(d), ctas=len(d))
     t0 = min(c[GT_ENTRY] for c in s)
@@ -158,50 +252,72 @@ def cases() -> list[tuple[int, int, Any]]:
     ]
 
 
-def _compile(job: tuple[int, Any]) -> None:
-    h, cfg = job
+def resident_cases() -> list[tuple[int, int, Any]]:
+    """(R, heads, the KV-resident tile launch_tile takes there at R = 256): an idle GPU (R = 8),
+    one wave (132) and two (256), at 64 heads (64 x 1, 5 passes) and 16 (16 x 4, 2 passes)."""
+    tiles = {h: g.dc.resident_tile(g.dc.select_tile_config(h, 5, (9, 0)), h, 5) for h in (64, 16)}
+    return [(r, h, tiles[h]) for h in (64, 16) for r in (8, 132, 256)]
+
+
+# kernel name -> (cases, jit of the stamped kernel, its launch arguments, its layout)
+KERNELS = {
+    "plain": (cases, jit_stamped, stamped_args, plain_layout),
+    "resident": (resident_cases, jit_resident_stamped, resident_stamped_args, resident_layout),
+}
+
+
+def _compile(job: tuple[str, int, Any]) -> None:
+    kernel, h, cfg = job
     import torch
 
+    _, jit, args_of, layout = KERNELS[kernel]
     b = g.plain_batch(1, h, 7000 + h)
-    stamps = torch.full((1, g.dc.launch_ctas(cfg, 1, h, 5), SLOTS), -1, dtype=torch.int64, device="cuda")
-    jit_stamped().compile(*stamped_args(b, torch.empty_like(b.q), cfg, stamps))
+    stamps = torch.full((1, g.dc.launch_ctas(cfg, 1, h, 5), layout().slots), -1, dtype=torch.int64,
+                        device="cuda")
+    jit().compile(*args_of(b, torch.empty_like(b.q), cfg, stamps))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", required=True)
     ap.add_argument("--procs", type=int, default=8)
+    ap.add_argument("--kernel", choices=tuple(KERNELS), default="plain")
     a = ap.parse_args(argv)
     import torch
 
-    rep: dict[str, Any] = dict(env=g.env_info(), rows=[])
+    cases_of, jit, args_of, layout_of = KERNELS[a.kernel]
+    layout = layout_of()
+    rep: dict[str, Any] = dict(env=g.env_info(), kernel=a.kernel, rows=[])
 
     def save() -> None:
         Path(a.json).write_text(json.dumps(rep, indent=1, default=str))
 
-    jobs = sorted({(h, cfg) for _, h, cfg in cases()}, key=repr)
+    jobs = sorted({(a.kernel, h, cfg) for _, h, cfg in cases_of()}, key=repr)
     rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
     save()
-    kern = jit_stamped()
+    kern = jit()
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for r, h, cfg in cases():
+    for r, h, cfg in cases_of():
         row: dict[str, Any] = dict(R=r, H=h, heads_per_cta=cfg.heads_per_cta, kv_splits=cfg.kv_splits,
-                                   block_kv=cfg.block_kv, merge_prefetch=cfg.merge_prefetch)
+                                   block_kv=cfg.block_kv, merge_prefetch=cfg.merge_prefetch,
+                                   resident=cfg.resident, queries_per_cta=g.dc.cta_queries(5, cfg))
         try:
             b = g.plain_batch(r, h, 7000 + r + h)
             out = torch.empty_like(b.q)
-            stamps = torch.full((r, g.dc.launch_ctas(cfg, 1, h, 5), SLOTS), -1,
+            stamps = torch.full((r, g.dc.launch_ctas(cfg, 1, h, 5), layout.slots), -1,
                                 dtype=torch.int64, device="cuda")
-            args = stamped_args(b, out, cfg, stamps)
+            args = args_of(b, out, cfg, stamps)
             for _ in range(5):
                 kern(*args)
             torch.cuda.synchronize()
-            row["hot"] = summarise(stamps)
+            # the stamped kernel still computes: a wrong output would make its times moot
+            row["ok"] = g.compare(out, g.reference(b), b.lens)["ok"]
+            row["hot"] = summarise(stamps, layout)
             flush.zero_()
             stamps.fill_(-1)
             kern(*args)
             torch.cuda.synchronize()
-            row["cold"] = summarise(stamps)
+            row["cold"] = summarise(stamps, layout)
         except Exception as e:  # noqa: BLE001 - reported
             row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
         rep["rows"].append(row)

@@ -338,6 +338,36 @@ def test_timeline_stamps_edit_the_current_kernel():
     compile(src, "timeline", "exec")
 
 
+def test_timeline_stamps_edit_the_resident_kernel():
+    """--kernel resident: the KV-resident kernel's stamps, each pass point once in the pass loop
+    (its slot a function of the pass), the tile tops once in the tile loop; every slot a pass
+    of 64 heads x 1 query at N = 7 can write stays inside the CTA's row of stamps."""
+    from benchmarks.dspark_draft_attn import timeline
+
+    src = timeline.resident_stamped_source()
+    assert "def timeline_dspark_draft_attn_resident(" in src and "@tilelang_jit" not in src
+    for slot in timeline.RES_POINTS.values():
+        assert src.count(f"stamps[rid, bx, {slot}]") == 1, timeline.resident_names()[slot]
+    per_pass = len(timeline.PASS_POINTS)
+    at = {name: f"stamps[rid, bx, {timeline.PASS_BASE} + p * {per_pass} + {k}]"
+          for k, name in enumerate(timeline.PASS_POINTS)}
+    # t0_top and t1_top: one stamp in the tile loop, its slot t0_top's + t
+    at["t0_top"] = at.pop("t1_top").replace(f"+ {timeline.PASS_POINTS.index('t1_top')}]",
+                                           f"+ {timeline.PASS_POINTS.index('t0_top')} + t]")
+    for name, text in at.items():
+        assert src.count(text) == 1, name
+    assert src.count('"clock64"') == len(timeline.RES_POINTS) + per_pass - 1
+    assert src.count('"dspark_globaltimer"') == 2
+    # "stored" after the pass's output stores, inside the pass loop (indented as its body)
+    assert src.index("] = q_s[m, d]") < src.index(at["stored"])
+    assert f"                if T.get_thread_binding() == 0:\n                    {at['stored']}" in src
+    tile = timeline.resident_cases()[0][2]
+    passes = -(-7 // dc.cta_queries(7, tile))
+    assert passes <= timeline.MAX_PASSES and tile.resident_tiles == 2
+    assert max(timeline.resident_names()) < timeline.RES_SLOTS
+    compile(src, "timeline", "exec")
+
+
 def test_wrapper_shapes_and_page_views(kernel_module):
     pool = torch.zeros(3, dc.fp8_ds_mla_page_bytes(64), dtype=torch.uint8)
     as_3d = torch.as_strided(pool, (3, 64, 584), (37_440, 584, 1))  # the SWA cache's own view

@@ -7,7 +7,13 @@ at R=1 and R=256, beside the whole kernel, the whole kernel with every length 0 
 epilogue only) and the kernel list one call launches (torch.profiler). A variant's output is
 wrong by construction: this is for finding the bottleneck, not a check.
 
-    python -m benchmarks.dspark_draft_attn.ablate --json out.json
+--kernel resident ablates the KV-resident kernel (R = 256's launch) instead, at R = 8, 132
+and 256 (RESIDENT_VARIANTS: edits of the kernel function and of its tile macro), timed in a
+CUDA graph with L2 hot and cold. Its `registers_out` variant is a correct kernel (the output
+stored from registers instead of through Q's buffer, nothing else changed): it separates that
+cost from the next Q's prefetch, which runs 40-41 and 55 only measured together.
+
+    python -m benchmarks.dspark_draft_attn.ablate --json out.json [--kernel resident]
 """
 
 from __future__ import annotations
@@ -114,6 +120,79 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
     return launch_args
 
 
+# The KV-resident kernel: variant -> (edits of the kernel function, edits of _attend_tile)
+_OUT_THROUGH_Q = """                for m, d in T.Parallel(m_pad, HEAD_DIM):
+                    q_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
+                for m, d in T.Parallel(rows, HEAD_DIM):
+                    if m < live_rows:
+                        out[
+                            rid,
+                            q0 + m // heads_per_cta,
+                            gid * heads_per_cta + m % heads_per_cta,
+                            d,
+                        ] = q_s[m, d]
+"""
+RESIDENT_VARIANTS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
+    "whole": ([], []),
+    # correct: the output from the accumulator's registers (4-byte stores), Q's buffer unused
+    "registers_out": ([(_OUT_THROUGH_Q, """                for m, d in T.Parallel(m_pad, HEAD_DIM):
+                    if m < live_rows:
+                        out[
+                            rid,
+                            q0 + m // heads_per_cta,
+                            gid * heads_per_cta + m % heads_per_cta,
+                            d,
+                        ] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
+""")], []),
+    # the first pass's Q serves every pass: no Q trip between passes
+    "no_pass_q": ([("                    T.sync_threads()\n"
+                    "                    _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries)\n",
+                    "                    T.sync_threads()\n")], []),
+    # the output staged through Q's buffer, never stored
+    "no_out_store": ([("                    if m < live_rows:\n                        out[",
+                       "                    if m < -1:\n                        out[")], []),
+    # (sm_90a codegen: ptxas spills 1.5 KB here, which the whole kernel does not: an upper bound)
+    "no_gemms": ([], [
+        ("T.gemm(q_s, kv3[t, :, :], acc, transpose_B=True, policy=T.GemmWarpPolicy.FullCol)", "pass"),
+        ("T.gemm(p, kv3[t, :, :], acc_o, policy=T.GemmWarpPolicy.FullCol)", "pass"),
+    ]),
+    "no_softmax_reductions": ([], [
+        ("T.reduce_max(acc, m_i, dim=1, clear=False)", "pass"),
+        ("T.reduce_sum(acc, l_tile, dim=1)", "T.fill(l_tile, 1.0)"),
+    ]),
+}
+RESIDENT_SIZES = ((8, 64), (132, 64), (256, 64), (256, 16))
+
+
+def resident_variant_source(name: str) -> str:
+    """The resident kernel function (renamed) after its own _attend_tile macro, both with the
+    variant's edits: the kernel, executed after it in the module's namespace, expands it."""
+    kernel_edits, macro_edits = RESIDENT_VARIANTS[name]
+    kernel = function_source("dspark_draft_attn_resident.py", "dspark_draft_attn_resident_tilelang")
+    macro = function_source("dspark_draft_attn_resident.py", "_attend_tile")
+    for what, edits in (("kernel", kernel_edits), ("_attend_tile", macro_edits)):
+        for old, new in edits:
+            src = kernel if what == "kernel" else macro
+            if src.count(old) != 1:
+                raise ValueError(f"resident variant {name}: {old!r} occurs {src.count(old)} times in {what}")
+            if what == "kernel":
+                kernel = kernel.replace(old, new)
+            else:
+                macro = macro.replace(old, new)
+    kernel = kernel.replace("def dspark_draft_attn_resident_tilelang(", f"def ablate_resident_{name}(", 1)
+    return f"@T.macro\n{macro}\n\n{kernel}"
+
+
+def jit_resident_variant(name: str):
+    from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_resident as dr
+
+    return jit_source(resident_variant_source(name), f"ablate_resident_{name}", module=dr)
+
+
+def resident_tile(h: int):
+    return g.dc.resident_tile(g.dc.select_tile_config(h, 5, (9, 0)), h, 5)
+
+
 SIZES = ((1, 64), (256, 16))
 # the SM90 default (wgmma; the mma.sync shape's ablation is in the run-4 and run-5 results),
 # unsplit and the split tile R = 1 takes on the H200's 132 SMs (the latter at R = 1 only: at
@@ -133,20 +212,56 @@ def _batch(r: int, h: int) -> g.Batch:
 def _compile(job: tuple[str, int, Any]) -> None:
     name, h, cfg = job
     b = _batch(1, h)
-    jit_variant(name).compile(*args_for(b, g.torch.empty_like(b.q), cfg))
+    jit = jit_resident_variant(name) if cfg.resident else jit_variant(name)
+    jit.compile(*args_for(b, g.torch.empty_like(b.q), cfg))
+
+
+def resident_main(a, rep: dict[str, Any], save) -> int:
+    """--kernel resident: RESIDENT_VARIANTS at RESIDENT_SIZES, graph hot and cold, each
+    variant's error against the reference beside it (registers_out must be right)."""
+    jobs = sorted({(v, h, resident_tile(h)) for v in RESIDENT_VARIANTS for _, h in RESIDENT_SIZES}, key=repr)
+    rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
+    save()
+    for r, h in RESIDENT_SIZES:
+        b = _batch(r, h)
+        ref = g.reference(b)
+        cfg = resident_tile(h)
+        for name in RESIDENT_VARIANTS:
+            row: dict[str, Any] = dict(R=r, H=h, variant=name, **cfg.__dict__)
+            try:
+                kern = jit_resident_variant(name)
+                out = g.torch.empty_like(b.q)
+                args = args_for(b, out, cfg)
+                fn = lambda args=args, kern=kern: kern(*args)  # noqa: E731
+                fn()
+                g.sync()
+                row["ok"] = g.compare(out, ref, b.lens)["ok"]
+                row["graph_hot_us"] = g.graph_us([fn])
+                row["graph_cold_us"] = g.cold_graph_us([fn])
+                row["graph_cold_us_again"] = g.cold_graph_us([fn])  # A-vs-A
+            except Exception as e:  # noqa: BLE001 - reported
+                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            rep["rows"].append(row)
+            print(json.dumps(row), flush=True)
+            save()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", required=True)
     ap.add_argument("--procs", type=int, default=min(16, os.cpu_count() or 1))
+    ap.add_argument("--kernel", choices=("plain", "resident"), default="plain")
     a = ap.parse_args(argv)
     import torch
 
-    rep: dict[str, Any] = dict(env=g.env_info(), rows=[])
+    rep: dict[str, Any] = dict(env=g.env_info(), kernel=a.kernel, rows=[])
 
     def save() -> None:
         Path(a.json).write_text(json.dumps(rep, indent=1, default=str))
+
+    if a.kernel == "resident":
+        return resident_main(a, rep, save)
 
     jobs = [(v, h, c) for v in VARIANTS for r, h in SIZES for c in CONFIGS if wanted(r, c)]
     rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)

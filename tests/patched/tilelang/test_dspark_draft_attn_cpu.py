@@ -760,6 +760,24 @@ def test_every_ablation_variant_edits_the_current_kernel():
         ast.parse(src)
 
 
+def test_every_resident_ablation_edits_the_current_kernel():
+    """--kernel resident: each variant's edits match the KV-resident kernel (or its tile macro)
+    exactly once, and the source it runs is the edited macro, then the renamed kernel; the
+    correct variant (registers_out) no longer stages the output through Q's buffer."""
+    from benchmarks.dspark_draft_attn import ablate
+
+    whole = ablate.resident_variant_source("whole")
+    for name, (kernel_edits, macro_edits) in ablate.RESIDENT_VARIANTS.items():
+        src = ablate.resident_variant_source(name)
+        assert src.startswith("@T.macro\ndef _attend_tile(") and f"def ablate_resident_{name}(" in src
+        assert (src != whole.replace("ablate_resident_whole", f"ablate_resident_{name}")) == bool(
+            kernel_edits or macro_edits), name
+        compile(src, name, "exec")
+    assert "] = q_s[m, d]" in whole and "] = q_s[m, d]" not in ablate.resident_variant_source("registers_out")
+    assert "T.gemm(" not in ablate.resident_variant_source("no_gemms")
+    assert whole.count("_issue_q(") == ablate.resident_variant_source("no_pass_q").count("_issue_q(") + 1
+
+
 def test_codegen_overrides_name_their_field():
     """benchmarks/dspark_draft_attn/codegen.py (CPU codegen of one tile, run where tilelang is
     installed) turns --set FIELD=VALUE into TileConfig overrides and refuses what is not one."""

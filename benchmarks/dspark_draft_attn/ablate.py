@@ -168,19 +168,18 @@ def resident_variant_source(name: str) -> str:
     """The resident kernel function (renamed) after its own _attend_tile macro, both with the
     variant's edits: the kernel, executed after it in the module's namespace, expands it."""
     kernel_edits, macro_edits = RESIDENT_VARIANTS[name]
-    kernel = function_source("dspark_draft_attn_resident.py", "dspark_draft_attn_resident_tilelang")
-    macro = function_source("dspark_draft_attn_resident.py", "_attend_tile")
-    for what, edits in (("kernel", kernel_edits), ("_attend_tile", macro_edits)):
+
+    def edited(function: str, edits: list[tuple[str, str]]) -> str:
+        src = function_source("dspark_draft_attn_resident.py", function)
         for old, new in edits:
-            src = kernel if what == "kernel" else macro
             if src.count(old) != 1:
-                raise ValueError(f"resident variant {name}: {old!r} occurs {src.count(old)} times in {what}")
-            if what == "kernel":
-                kernel = kernel.replace(old, new)
-            else:
-                macro = macro.replace(old, new)
+                raise ValueError(f"resident variant {name}: {old!r} occurs {src.count(old)} times in {function}")
+            src = src.replace(old, new)
+        return src
+
+    kernel = edited("dspark_draft_attn_resident_tilelang", kernel_edits)
     kernel = kernel.replace("def dspark_draft_attn_resident_tilelang(", f"def ablate_resident_{name}(", 1)
-    return f"@T.macro\n{macro}\n\n{kernel}"
+    return f"@T.macro\n{edited('_attend_tile', macro_edits)}\n\n{kernel}"
 
 
 def jit_resident_variant(name: str):

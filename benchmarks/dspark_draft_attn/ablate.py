@@ -121,29 +121,16 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
 
 
 # The KV-resident kernel: variant -> (edits of the kernel function, edits of _attend_tile)
-_OUT_THROUGH_Q = """                for m, d in T.Parallel(m_pad, HEAD_DIM):
-                    q_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
-                for m, d in T.Parallel(rows, HEAD_DIM):
-                    if m < live_rows:
-                        out[
-                            rid,
-                            q0 + m // heads_per_cta,
-                            gid * heads_per_cta + m % heads_per_cta,
-                            d,
-                        ] = q_s[m, d]
-"""
 RESIDENT_VARIANTS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
     "whole": ([], []),
-    # correct: the output from the accumulator's registers (4-byte stores), Q's buffer unused
-    "registers_out": ([(_OUT_THROUGH_Q, """                for m, d in T.Parallel(m_pad, HEAD_DIM):
-                    if m < live_rows:
-                        out[
-                            rid,
-                            q0 + m // heads_per_cta,
-                            gid * heads_per_cta + m % heads_per_cta,
-                            d,
-                        ] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)
-""")], []),
+    # correct: the output from the accumulator's registers (4-byte stores), Q's buffer unused:
+    # no staging loop, the store loop over the padded rows (the accumulator's) and reading acc_o
+    "registers_out": ([
+        ("                for m, d in T.Parallel(m_pad, HEAD_DIM):\n"
+         "                    q_s[m, d] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)\n", ""),
+        ("T.Parallel(rows, HEAD_DIM):", "T.Parallel(m_pad, HEAD_DIM):"),
+        ("] = q_s[m, d]\n", "] = T.cast(acc_o[m, d] * alpha[m], T.bfloat16)\n"),
+    ], []),
     # the first pass's Q serves every pass: no Q trip between passes
     "no_pass_q": ([("                    T.sync_threads()\n"
                     "                    _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries)\n",

@@ -166,8 +166,9 @@ def tile_rule_violations(cfg: TileConfig, num_queries: int) -> list[str]:
 def resident_smem_bytes(cfg: TileConfig, num_queries: int) -> int:
     """Shared memory of the KV-resident kernel: the resident bf16 tiles and
     the tail, Q (one wgmma tile of rows), P for a tile and for the tail, the
-    slots, their bf16 scales and the rows' lengths, plus 4 KiB for the four
-    reductions' workspaces (sm_90a codegen: 231,424 B for the default)."""
+    slots, their scale words and bf16 scales and the rows' lengths, plus 4 KiB
+    for the four reductions' workspaces (sm_90a codegen: 231,680 B for the
+    default)."""
     rows = padded_rows(cta_queries(num_queries, cfg), cfg.heads_per_cta, WGMMA_ROWS)
     cap = cfg.block_kv * cfg.resident_tiles + cfg.tail_kv
     return (
@@ -175,6 +176,7 @@ def resident_smem_bytes(cfg: TileConfig, num_queries: int) -> int:
         + 2 * rows * HEAD_DIM
         + 2 * rows * (cfg.block_kv + cfg.tail_kv)
         + 4 * cap
+        + 8 * cap
         + 2 * cap * SCALE_BYTES_PER_TOKEN
         + 4 * rows
         + 4096

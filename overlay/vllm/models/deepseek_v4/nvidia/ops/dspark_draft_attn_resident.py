@@ -9,9 +9,11 @@ dequantised 5 times, each time as a chain of tile gathers one CTA per SM
 waits on. Here one CTA takes a request's head group and loops over its
 query groups ("passes", each one 64-row wgmma tile of (query, head) rows):
 
-1. gather the request's live slots once, every load of the window in flight
-   together (into registers, then dequantised into shared memory), while the
-   first pass's Q arrives by cp.async;
+1. gather the request's live slots once, every byte of the window in flight
+   together by cp.async (the raw bytes staged in the tiles' own NoPE columns),
+   then dequantised in shared memory, while the first pass's Q arrives the
+   same way (async_gather; False: the earlier gather through registers, whose
+   loads nvcc serialised, ~35 DRAM round trips a window);
 2. per pass: S = Q K^T, online softmax and O += P V over the resident
    tiles, the sink folded in, O written through the (then free) Q buffer.
 
@@ -72,6 +74,7 @@ def dspark_draft_attn_resident_tilelang(
     resident_tiles: int = 2,
     tail_kv: int = 16,
     threads: int = 256,
+    async_gather: bool = True,
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V,
     K = V = the request's dequantised fp8_ds_mla rows (the streaming kernel's
@@ -125,6 +128,8 @@ def dspark_draft_attn_resident_tilelang(
             [cap, SCALE_BYTES_PER_TOKEN], T.bfloat16, scope="shared"
         )
         len_s = T.alloc_shared([m_pad], T.int32)
+        # the chunk's scale words (_gather_async)
+        word_s = T.alloc_shared([cap], T.int64, scope="shared")
 
         acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
         acc_t = T.alloc_fragment([m_pad, tail_kv], T.float32)
@@ -148,13 +153,17 @@ def dspark_draft_attn_resident_tilelang(
         # The first pass's Q in flight while the first chunk is gathered
         # (before the accumulator is live: the gathers' registers are free).
         _issue_q(q, q_s, rid, first_group * qpc, gid, heads_per_cta, qpc, num_queries)
-        _chunk_slots(
-            kv_i64, indices, slot_s, scale_s, rid, src_row, 0, live_len, width,
-            block_size, scale_off,
-        )  # fmt: skip
-        _gather_resident(
-            kv_fp8, kv_bf16, kv_s, kv_tail, slot_s, scale_s, block_size, tok_words
-        )
+        _chunk_slots(indices, slot_s, rid, src_row, 0, live_len, width)
+        if async_gather:
+            _gather_async(
+                kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s,
+                block_size, tok_words, scale_off,
+            )  # fmt: skip
+        else:
+            _chunk_scales(kv_i64, slot_s, scale_s, block_size, scale_off)
+            _gather_resident(
+                kv_fp8, kv_bf16, kv_s, kv_tail, slot_s, scale_s, block_size, tok_words
+            )
         for p in T.serial(n_pass):
             grp = first_group + p
             if grp < q_groups:
@@ -183,9 +192,9 @@ def dspark_draft_attn_resident_tilelang(
                     if (c > 0) | ((p > 0) & (num_chunks > 1)):
                         T.sync_threads()
                         _chunk_slots(
-                            kv_i64, indices, slot_s, scale_s, rid, src_row, c * cap,
-                            live_len, width, block_size, scale_off,
-                        )  # fmt: skip
+                            indices, slot_s, rid, src_row, c * cap, live_len, width
+                        )
+                        _chunk_scales(kv_i64, slot_s, scale_s, block_size, scale_off)
                         # a slot at a time: few registers beside the
                         # accumulator (this path is not the fast one)
                         for j in T.serial(cap):
@@ -276,33 +285,147 @@ def _issue_q(q, q_s, rid, q0, gid, heads_per_cta, qpc, num_queries):
 
 
 @T.macro
-def _chunk_slots(
-    kv_i64, indices, slot_s, scale_s, rid, src_row, pos0, live_len, width,
-    block_size, scale_off,
-):  # fmt: skip
-    """The chunk's cache slots (-1 past the live length or for a -1 entry)
-    and each slot's scales as bf16 (powers of two: exact)."""
+def _chunk_slots(indices, slot_s, rid, src_row, pos0, live_len, width):
+    """The chunk's cache slots (-1 past the live length or for a -1 entry)."""
     cap = slot_s.shape[0]
     for j in T.Parallel(cap):
         pos = pos0 + j
         slot_s[j] = T.if_then_else(
             pos < live_len, indices[rid, src_row, T.min(pos, width - 1)], -1
         )
-    for j, c in T.Parallel(cap, SCALE_BYTES_PER_TOKEN):
+
+
+@T.macro
+def _chunk_scales(kv_i64, slot_s, scale_s, block_size, scale_off):
+    """Each chunk slot's scales as bf16 (powers of two: exact)."""
+    for j, c in T.Parallel(slot_s.shape[0], SCALE_BYTES_PER_TOKEN):
         slot = T.max(slot_s[j], 0)
-        byte = T.cast(
-            (kv_i64[slot // block_size, scale_off // 8 + slot % block_size] >> (8 * c))
-            & 255,
-            T.int32,
+        word = kv_i64[
+            _page(kv_i64, slot, block_size), scale_off // 8 + slot % block_size
+        ]
+        scale_s[j, c] = _scale_of(word, c)
+
+
+def _scale_of(word, c):
+    """Scale byte c of a token's scale word as bf16: UE8M0, 2^(byte - 127)."""
+    byte = T.cast((word >> (8 * c)) & 255, T.int32)
+    return T.cast(
+        T.if_then_else(
+            byte > 0, T.reinterpret(byte << 23, T.float32), T.float32(_TWO_POW_M127)
+        ),
+        T.bfloat16,
+    )
+
+
+# cp.async without TileLang's commit and wait after each loop: one wait for
+# all of the gather's copies
+_NO_WAIT = {"parallel_async_without_async_commit_wait": True}
+
+
+@T.macro
+def _gather_async(
+    kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
+    tok_words, scale_off,
+):  # fmt: skip
+    """The chunk's slots into the resident tiles in one DRAM round trip: all
+    of the window's raw e4m3 bytes, RoPE values and scale words in flight
+    together by cp.async, then dequantised shared to shared. (Loads into
+    registers do not stay in flight together: nvcc moves each read-only load
+    down to its use, past the barriers.)
+
+    No shared memory is free for the raw bytes, so they wait in the NoPE
+    columns of the tiles they end up in: raw rows 2i and 2i + 1 (448 bytes
+    each, as bf16 pairs) in row i of the last resident tile, the tail's in the
+    tail. The RoPE columns take their values directly. The last tile and the
+    tail are then read into registers before they are overwritten."""
+    n_tiles, rows = kv_s.shape[0], kv_s.shape[1]
+    full = n_tiles * rows
+    tail = kv_tail.shape[1]
+    last = n_tiles - 1
+    half = NOPE_DIM // 2
+    for i, e in T.Parallel(
+        full // 2, NOPE_DIM, prefer_async=True, annotations=_NO_WAIT
+    ):
+        kv_s[last, i, e] = _raw_pair(
+            kv_bf16, slot_s, 2 * i + e // half, e % half, block_size, tok_words
         )
-        scale_s[j, c] = T.cast(
-            T.if_then_else(
-                byte > 0,
-                T.reinterpret(byte << 23, T.float32),
-                T.float32(_TWO_POW_M127),
-            ),
-            T.bfloat16,
+    for i, e in T.Parallel(
+        tail // 2, NOPE_DIM, prefer_async=True, annotations=_NO_WAIT
+    ):
+        kv_tail[0, i, e] = _raw_pair(
+            kv_bf16, slot_s, full + 2 * i + e // half, e % half, block_size, tok_words
         )
+    for t, j, d in T.Parallel(
+        n_tiles, rows, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT
+    ):
+        slot = T.max(slot_s[t * rows + j], 0)
+        kv_s[t, j, NOPE_DIM + d] = _rope_value(kv_bf16, slot, d, block_size, tok_words)
+    for j, d in T.Parallel(tail, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT):
+        slot = T.max(slot_s[full + j], 0)
+        kv_tail[0, j, NOPE_DIM + d] = _rope_value(
+            kv_bf16, slot, d, block_size, tok_words
+        )
+    for j in T.Parallel(full + tail, prefer_async=True, annotations=_NO_WAIT):
+        slot = T.max(slot_s[j], 0)
+        word_s[j] = kv_i64[
+            _page(kv_i64, slot, block_size), scale_off // 8 + slot % block_size
+        ]
+    T.ptx_commit_group()
+    T.ptx_wait_group(0)
+    T.sync_threads()
+    for j, c in T.Parallel(full + tail, SCALE_BYTES_PER_TOKEN):
+        scale_s[j, c] = _scale_of(word_s[j], c)
+    T.sync_threads()
+    # All staged bytes into registers (63 a thread), one barrier, then the
+    # tiles in place: reads and writes of the tiles in one loop would put a
+    # barrier in every iteration.
+    pairs = T.alloc_fragment([full, half], T.bfloat16)
+    tail_pairs = T.alloc_fragment([tail, half], T.bfloat16)
+    for r, k in T.Parallel(full, half):
+        pairs[r, k] = kv_s[last, r // 2, r % 2 * half + k]
+    for j, k in T.Parallel(tail, half):
+        tail_pairs[j, k] = kv_tail[0, j // 2, j % 2 * half + k]
+    T.sync_threads()
+    for t, j, k in T.Parallel(n_tiles, rows, half):
+        for b in T.unroll(2):
+            kv_s[t, j, 2 * k + b] = _dequantised(
+                pairs[t * rows + j, k], b, slot_s, scale_s, t * rows + j, k
+            )
+    for j, k in T.Parallel(tail, half):
+        for b in T.unroll(2):
+            kv_tail[0, j, 2 * k + b] = _dequantised(
+                tail_pairs[j, k], b, slot_s, scale_s, full + j, k
+            )
+    # dead slots (read as slot 0) become zeros: RoPE
+    for t, j, d in T.Parallel(n_tiles, rows, ROPE_DIM):
+        if slot_s[t * rows + j] < 0:
+            kv_s[t, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
+    for j, d in T.Parallel(tail, ROPE_DIM):
+        if slot_s[full + j] < 0:
+            kv_tail[0, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
+
+
+def _raw_pair(kv_bf16, slot_s, r, k, block_size, tok_words):
+    """NoPE bytes 2k and 2k + 1 of chunk slot r (slot 0 for a dead one) as
+    one bf16 element of the cache's bf16 view."""
+    slot = T.max(slot_s[r], 0)
+    return kv_bf16[
+        _page(kv_bf16, slot, block_size), (slot % block_size) * tok_words + k
+    ]
+
+
+def _dequantised(pair, b, slot_s, scale_s, r, k):
+    """NoPE column 2k + b of chunk slot r as bf16: byte b of the staged pair
+    (little-endian) times its scale; 0 for a dead slot."""
+    bits = T.reinterpret(pair, T.uint16)
+    byte = T.cast((bits >> 8 * b) & 255, T.uint8)
+    return T.if_then_else(
+        slot_s[r] >= 0,
+        _scaled(
+            T.reinterpret(byte, T.float8_e4m3fn), scale_s[r, (2 * k + b) // QUANT_BLOCK]
+        ),
+        T.cast(0, T.bfloat16),
+    )
 
 
 @T.macro
@@ -375,14 +498,21 @@ def _dequant_row(
 
 # Expressions both gathers (the fast one through registers, the slow one a
 # slot at a time) build: where a slot's bytes are, and the dequantisation.
+def _page(kv, slot, block_size):
+    """The page of a cache slot, clamped into the cache: TileLang can then
+    prove the load in bounds and adds no guard (a branch around every gather
+    load, whose join unpacked the loaded bytes right after each load)."""
+    return T.max(T.min(slot // block_size, kv.shape[0] - 1), 0)
+
+
 def _nope_byte(kv_fp8, slot, d, block_size):
-    return kv_fp8[slot // block_size, (slot % block_size) * TOKEN_DATA_BYTES + d]
+    page = _page(kv_fp8, slot, block_size)
+    return kv_fp8[page, (slot % block_size) * TOKEN_DATA_BYTES + d]
 
 
 def _rope_value(kv_bf16, slot, d, block_size, tok_words):
-    return kv_bf16[
-        slot // block_size, (slot % block_size) * tok_words + NOPE_DIM // 2 + d
-    ]
+    page = _page(kv_bf16, slot, block_size)
+    return kv_bf16[page, (slot % block_size) * tok_words + NOPE_DIM // 2 + d]
 
 
 def _scaled(raw, scale):

@@ -123,8 +123,11 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
 # The KV-resident kernel: variant -> (edits of the kernel function, edits of _attend_tile)
 RESIDENT_VARIANTS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
     "whole": ([], []),
-    # correct: the gather before async_gather, every load of the window into registers
-    "sync_gather": ([("    async_gather: bool = True,\n", "    async_gather: bool = False,\n")], []),
+    # correct: the gather of runs 36-58, every load of the window into registers
+    "sync_gather": ([('    gather: str = "async",\n', '    gather: str = "registers",\n')], []),
+    # correct: the cp.async gather in rolled loops (less than half the code before the first
+    # wgmma; runs 59-60 found the gather bound by instruction fetch)
+    "rolled_gather": ([('    gather: str = "async",\n', '    gather: str = "rolled",\n')], []),
     # correct: the output from the accumulator's registers (4-byte stores), Q's buffer unused:
     # no staging loop, the store loop over the padded rows (the accumulator's) and reading acc_o
     "registers_out": ([

@@ -12,8 +12,10 @@ query groups ("passes", each one 64-row wgmma tile of (query, head) rows):
 1. gather the request's live slots once, every byte of the window in flight
    together by cp.async (the raw bytes staged in the tiles' own NoPE columns),
    then dequantised in shared memory, while the first pass's Q arrives the
-   same way (async_gather; False: the earlier gather through registers, whose
-   loads nvcc serialised, ~35 DRAM round trips a window);
+   same way (gather="async"; "registers": the gather of runs 36-58, whose
+   loads nvcc serialised; "rolled": the async gather in rolled loops,
+   less code to fetch, not yet run on a GPU; the benchmark README's runs
+   58-60 measured the first two);
 2. per pass: S = Q K^T, online softmax and O += P V over the resident
    tiles, the sink folded in, O written through the (then free) Q buffer.
 
@@ -74,7 +76,7 @@ def dspark_draft_attn_resident_tilelang(
     resident_tiles: int = 2,
     tail_kv: int = 16,
     threads: int = 256,
-    async_gather: bool = True,
+    gather: str = "async",
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V,
     K = V = the request's dequantised fp8_ds_mla rows (the streaming kernel's
@@ -86,6 +88,7 @@ def dspark_draft_attn_resident_tilelang(
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
+    assert gather in ("async", "rolled", "registers"), gather
     qpc, q_groups = query_groups(num_queries, queries_per_cta)
     n_pass = min(passes or q_groups, q_groups)
     cta_groups = -(-q_groups // n_pass)
@@ -154,8 +157,13 @@ def dspark_draft_attn_resident_tilelang(
         # (before the accumulator is live: the gathers' registers are free).
         _issue_q(q, q_s, rid, first_group * qpc, gid, heads_per_cta, qpc, num_queries)
         _chunk_slots(indices, slot_s, rid, src_row, 0, live_len, width)
-        if async_gather:
+        if gather == "async":
             _gather_async(
+                kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s,
+                block_size, tok_words, scale_off,
+            )  # fmt: skip
+        elif gather == "rolled":
+            _gather_rolled(
                 kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s,
                 block_size, tok_words, scale_off,
             )  # fmt: skip
@@ -550,3 +558,108 @@ def _attend_tile(
         acc_o[m, d] = acc_o[m, d] * alpha[m]
     T.copy(acc, p)
     T.gemm(p, kv3[t, :, :], acc_o, policy=T.GemmWarpPolicy.FullCol)
+
+
+@T.macro
+def _gather_rolled(
+    kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
+    tok_words, scale_off,
+):  # fmt: skip
+    """_gather_async in short rolled loops (#pragma unroll 1), so less code
+    is fetched once a CTA (sm_90a: 39 KB before the first wgmma, not 93 KB):
+    each tile's raw rows staged in its own first half (raw row r at row
+    r // 2, columns (r % 2) * 224 ...), then expanded in place 8 rows at a
+    time, last rows first (a round overwrites only rows whose raw bytes
+    earlier rounds consumed)."""
+    n_tiles, rows = kv_s.shape[0], kv_s.shape[1]
+    full = n_tiles * rows
+    tail = kv_tail.shape[1]
+    for t in T.serial(n_tiles):
+        _stage_raw(kv_bf16, kv_s, t, rows, t * rows, slot_s, block_size, tok_words)
+    _stage_raw(kv_bf16, kv_tail, 0, tail, full, slot_s, block_size, tok_words)
+    for t, j, d in T.Parallel(
+        n_tiles, rows, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT
+    ):
+        slot = T.max(slot_s[t * rows + j], 0)
+        kv_s[t, j, NOPE_DIM + d] = _rope_value(kv_bf16, slot, d, block_size, tok_words)
+    for j, d in T.Parallel(tail, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT):
+        slot = T.max(slot_s[full + j], 0)
+        kv_tail[0, j, NOPE_DIM + d] = _rope_value(
+            kv_bf16, slot, d, block_size, tok_words
+        )
+    for j in T.Parallel(full + tail, prefer_async=True, annotations=_NO_WAIT):
+        slot = T.max(slot_s[j], 0)
+        word_s[j] = kv_i64[
+            _page(kv_i64, slot, block_size), scale_off // 8 + slot % block_size
+        ]
+    T.ptx_commit_group()
+    T.ptx_wait_group(0)
+    T.sync_threads()
+    for j, c in T.Parallel(full + tail, SCALE_BYTES_PER_TOKEN):
+        scale_s[j, c] = _scale_of(word_s[j], c)
+    T.sync_threads()
+    for t in T.serial(n_tiles):
+        _expand_in_place(kv_s, t, rows, t * rows, slot_s, scale_s)
+    _expand_in_place(kv_tail, 0, tail, full, slot_s, scale_s)
+    for t, j, d in T.Parallel(n_tiles, rows, ROPE_DIM):
+        if slot_s[t * rows + j] < 0:
+            kv_s[t, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
+    for j, d in T.Parallel(tail, ROPE_DIM):
+        if slot_s[full + j] < 0:
+            kv_tail[0, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
+
+
+_ROUND_ROWS = 8
+
+
+@T.macro
+def _stage_raw(kv_bf16, dst, t, rows, j0, slot_s, block_size, tok_words):
+    """Chunk slots j0 ... j0 + rows - 1's raw NoPE bytes (as bf16 pairs, 16
+    bytes a copy) into the first half of dst[t], by cp.async."""
+    tx = T.get_thread_binding()
+    half = NOPE_DIM // 2
+    copies = rows * half // 8
+    for it in T.unroll(-(-copies // 256), explicit=False, unroll_factor=1):
+        v = it * 256 + tx
+        if v < copies:
+            r = v * 8 // half
+            k = v * 8 % half
+            slot = T.max(slot_s[j0 + r], 0)
+            T.ptx_cp_async(
+                T.access_ptr(dst[t, r // 2, r % 2 * half + k], "w", 8),
+                T.access_ptr(
+                    kv_bf16[
+                        _page(kv_bf16, slot, block_size),
+                        (slot % block_size) * tok_words + k,
+                    ],
+                    "r",
+                    8,
+                ),
+                8,
+            )
+
+
+@T.macro
+def _expand_in_place(dst, t, rows, j0, slot_s, scale_s):
+    """dst[t]'s staged raw rows dequantised in place, _ROUND_ROWS rows a round,
+    last rows first: round g writes rows g * 8 ..., whose staged bytes (raw
+    rows 2 (g * 8) ...) earlier rounds read, except round 0's own."""
+    tx = T.get_thread_binding()
+    half = NOPE_DIM // 2
+    per_thread = _ROUND_ROWS * half // 256
+    pairs = T.alloc_local([per_thread], T.bfloat16)
+    for g in T.unroll(rows // _ROUND_ROWS, explicit=False, unroll_factor=1):
+        r0 = rows - _ROUND_ROWS * (g + 1)
+        for u in T.unroll(per_thread):
+            r = r0 + (u * 256 + tx) // half
+            k = (u * 256 + tx) % half
+            pairs[u] = dst[t, r // 2, r % 2 * half + k]
+        T.sync_threads()
+        for u in T.unroll(per_thread):
+            r = r0 + (u * 256 + tx) // half
+            k = (u * 256 + tx) % half
+            for b in T.unroll(2):
+                dst[t, r, 2 * k + b] = _dequantised(
+                    pairs[u], b, slot_s, scale_s, j0 + r, k
+                )
+        T.sync_threads()

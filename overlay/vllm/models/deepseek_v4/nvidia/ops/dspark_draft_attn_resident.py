@@ -165,7 +165,7 @@ def dspark_draft_attn_resident_tilelang(
         elif gather == "rolled":
             _gather_rolled(
                 kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s,
-                block_size, tok_words, scale_off,
+                block_size, tok_words, scale_off, threads,
             )  # fmt: skip
         else:
             _chunk_scales(kv_i64, slot_s, scale_s, block_size, scale_off)
@@ -437,6 +437,114 @@ def _dequantised(pair, b, slot_s, scale_s, r, k):
 
 
 @T.macro
+def _gather_rolled(
+    kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
+    tok_words, scale_off, threads,
+):  # fmt: skip
+    """_gather_async in short rolled loops (#pragma unroll 1), so less code
+    is fetched once a CTA (sm_90a: 39 KB before the first wgmma, not 93 KB):
+    each tile's raw rows staged in its own first half (raw row r at row
+    r // 2, columns (r % 2) * 224 ...), then expanded in place 8 rows at a
+    time, last rows first (a round overwrites only rows whose raw bytes
+    earlier rounds consumed)."""
+    n_tiles, rows = kv_s.shape[0], kv_s.shape[1]
+    full = n_tiles * rows
+    tail = kv_tail.shape[1]
+    for t in T.serial(n_tiles):
+        _stage_raw(
+            kv_bf16, kv_s, t, rows, t * rows, slot_s, block_size, tok_words, threads
+        )
+    _stage_raw(kv_bf16, kv_tail, 0, tail, full, slot_s, block_size, tok_words, threads)
+    for t, j, d in T.Parallel(
+        n_tiles, rows, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT
+    ):
+        slot = T.max(slot_s[t * rows + j], 0)
+        kv_s[t, j, NOPE_DIM + d] = _rope_value(kv_bf16, slot, d, block_size, tok_words)
+    for j, d in T.Parallel(tail, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT):
+        slot = T.max(slot_s[full + j], 0)
+        kv_tail[0, j, NOPE_DIM + d] = _rope_value(
+            kv_bf16, slot, d, block_size, tok_words
+        )
+    for j in T.Parallel(full + tail, prefer_async=True, annotations=_NO_WAIT):
+        slot = T.max(slot_s[j], 0)
+        word_s[j] = kv_i64[
+            _page(kv_i64, slot, block_size), scale_off // 8 + slot % block_size
+        ]
+    T.ptx_commit_group()
+    T.ptx_wait_group(0)
+    T.sync_threads()
+    for j, c in T.Parallel(full + tail, SCALE_BYTES_PER_TOKEN):
+        scale_s[j, c] = _scale_of(word_s[j], c)
+    T.sync_threads()
+    for t in T.serial(n_tiles):
+        _expand_in_place(kv_s, t, rows, t * rows, slot_s, scale_s, threads)
+    _expand_in_place(kv_tail, 0, tail, full, slot_s, scale_s, threads)
+    for t, j, d in T.Parallel(n_tiles, rows, ROPE_DIM):
+        if slot_s[t * rows + j] < 0:
+            kv_s[t, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
+    for j, d in T.Parallel(tail, ROPE_DIM):
+        if slot_s[full + j] < 0:
+            kv_tail[0, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
+
+
+_ROUND_ROWS = 8
+
+
+@T.macro
+def _stage_raw(kv_bf16, dst, t, rows, j0, slot_s, block_size, tok_words, threads):
+    """Chunk slots j0 ... j0 + rows - 1's raw NoPE bytes (as bf16 pairs, 16
+    bytes a copy) into the first half of dst[t], by cp.async."""
+    tx = T.get_thread_binding()
+    half = NOPE_DIM // 2
+    copies = rows * half // 8
+    for it in T.unroll(-(-copies // threads), explicit=False, unroll_factor=1):
+        v = it * threads + tx
+        if v < copies:
+            r = v * 8 // half
+            k = v * 8 % half
+            slot = T.max(slot_s[j0 + r], 0)
+            T.ptx_cp_async(
+                T.access_ptr(dst[t, r // 2, r % 2 * half + k], "w", 8),
+                T.access_ptr(
+                    kv_bf16[
+                        _page(kv_bf16, slot, block_size),
+                        (slot % block_size) * tok_words + k,
+                    ],
+                    "r",
+                    8,
+                ),
+                8,
+            )
+
+
+@T.macro
+def _expand_in_place(dst, t, rows, j0, slot_s, scale_s, threads):
+    """dst[t]'s staged raw rows dequantised in place, _ROUND_ROWS rows a round
+    from the last: the round of rows r0 ... r0 + 7 overwrites the staged raw
+    rows 2 r0 ... 2 r0 + 15, which earlier rounds read (r0 > 0) or this one
+    read before its barrier (r0 = 0)."""
+    tx = T.get_thread_binding()
+    half = NOPE_DIM // 2
+    per_thread = _ROUND_ROWS * half // threads
+    pairs = T.alloc_local([per_thread], T.bfloat16)
+    for g in T.unroll(rows // _ROUND_ROWS, explicit=False, unroll_factor=1):
+        r0 = rows - _ROUND_ROWS * (g + 1)
+        for u in T.unroll(per_thread):
+            r = r0 + (u * threads + tx) // half
+            k = (u * threads + tx) % half
+            pairs[u] = dst[t, r // 2, r % 2 * half + k]
+        T.sync_threads()
+        for u in T.unroll(per_thread):
+            r = r0 + (u * threads + tx) // half
+            k = (u * threads + tx) % half
+            for b in T.unroll(2):
+                dst[t, r, 2 * k + b] = _dequantised(
+                    pairs[u], b, slot_s, scale_s, j0 + r, k
+                )
+        T.sync_threads()
+
+
+@T.macro
 def _load_raw(kv_fp8, kv_bf16, nope, rope, slot_s, j0, block_size, tok_words):
     """Raw e4m3 NoPE bytes and bf16 RoPE values of chunk slots j0 ... into
     registers (dead slots read slot 0; the store masks them)."""
@@ -504,8 +612,8 @@ def _dequant_row(
         )
 
 
-# Expressions both gathers (the fast one through registers, the slow one a
-# slot at a time) build: where a slot's bytes are, and the dequantisation.
+# Expressions the gathers (and the slow path's a slot at a time) build:
+# where a slot's bytes are, and the dequantisation.
 def _page(kv, slot, block_size):
     """The page of a cache slot, clamped into the cache: TileLang can then
     prove the load in bounds and adds no guard (a branch around every gather
@@ -558,108 +666,3 @@ def _attend_tile(
         acc_o[m, d] = acc_o[m, d] * alpha[m]
     T.copy(acc, p)
     T.gemm(p, kv3[t, :, :], acc_o, policy=T.GemmWarpPolicy.FullCol)
-
-
-@T.macro
-def _gather_rolled(
-    kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
-    tok_words, scale_off,
-):  # fmt: skip
-    """_gather_async in short rolled loops (#pragma unroll 1), so less code
-    is fetched once a CTA (sm_90a: 39 KB before the first wgmma, not 93 KB):
-    each tile's raw rows staged in its own first half (raw row r at row
-    r // 2, columns (r % 2) * 224 ...), then expanded in place 8 rows at a
-    time, last rows first (a round overwrites only rows whose raw bytes
-    earlier rounds consumed)."""
-    n_tiles, rows = kv_s.shape[0], kv_s.shape[1]
-    full = n_tiles * rows
-    tail = kv_tail.shape[1]
-    for t in T.serial(n_tiles):
-        _stage_raw(kv_bf16, kv_s, t, rows, t * rows, slot_s, block_size, tok_words)
-    _stage_raw(kv_bf16, kv_tail, 0, tail, full, slot_s, block_size, tok_words)
-    for t, j, d in T.Parallel(
-        n_tiles, rows, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT
-    ):
-        slot = T.max(slot_s[t * rows + j], 0)
-        kv_s[t, j, NOPE_DIM + d] = _rope_value(kv_bf16, slot, d, block_size, tok_words)
-    for j, d in T.Parallel(tail, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT):
-        slot = T.max(slot_s[full + j], 0)
-        kv_tail[0, j, NOPE_DIM + d] = _rope_value(
-            kv_bf16, slot, d, block_size, tok_words
-        )
-    for j in T.Parallel(full + tail, prefer_async=True, annotations=_NO_WAIT):
-        slot = T.max(slot_s[j], 0)
-        word_s[j] = kv_i64[
-            _page(kv_i64, slot, block_size), scale_off // 8 + slot % block_size
-        ]
-    T.ptx_commit_group()
-    T.ptx_wait_group(0)
-    T.sync_threads()
-    for j, c in T.Parallel(full + tail, SCALE_BYTES_PER_TOKEN):
-        scale_s[j, c] = _scale_of(word_s[j], c)
-    T.sync_threads()
-    for t in T.serial(n_tiles):
-        _expand_in_place(kv_s, t, rows, t * rows, slot_s, scale_s)
-    _expand_in_place(kv_tail, 0, tail, full, slot_s, scale_s)
-    for t, j, d in T.Parallel(n_tiles, rows, ROPE_DIM):
-        if slot_s[t * rows + j] < 0:
-            kv_s[t, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
-    for j, d in T.Parallel(tail, ROPE_DIM):
-        if slot_s[full + j] < 0:
-            kv_tail[0, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
-
-
-_ROUND_ROWS = 8
-
-
-@T.macro
-def _stage_raw(kv_bf16, dst, t, rows, j0, slot_s, block_size, tok_words):
-    """Chunk slots j0 ... j0 + rows - 1's raw NoPE bytes (as bf16 pairs, 16
-    bytes a copy) into the first half of dst[t], by cp.async."""
-    tx = T.get_thread_binding()
-    half = NOPE_DIM // 2
-    copies = rows * half // 8
-    for it in T.unroll(-(-copies // 256), explicit=False, unroll_factor=1):
-        v = it * 256 + tx
-        if v < copies:
-            r = v * 8 // half
-            k = v * 8 % half
-            slot = T.max(slot_s[j0 + r], 0)
-            T.ptx_cp_async(
-                T.access_ptr(dst[t, r // 2, r % 2 * half + k], "w", 8),
-                T.access_ptr(
-                    kv_bf16[
-                        _page(kv_bf16, slot, block_size),
-                        (slot % block_size) * tok_words + k,
-                    ],
-                    "r",
-                    8,
-                ),
-                8,
-            )
-
-
-@T.macro
-def _expand_in_place(dst, t, rows, j0, slot_s, scale_s):
-    """dst[t]'s staged raw rows dequantised in place, _ROUND_ROWS rows a round,
-    last rows first: round g writes rows g * 8 ..., whose staged bytes (raw
-    rows 2 (g * 8) ...) earlier rounds read, except round 0's own."""
-    tx = T.get_thread_binding()
-    half = NOPE_DIM // 2
-    per_thread = _ROUND_ROWS * half // 256
-    pairs = T.alloc_local([per_thread], T.bfloat16)
-    for g in T.unroll(rows // _ROUND_ROWS, explicit=False, unroll_factor=1):
-        r0 = rows - _ROUND_ROWS * (g + 1)
-        for u in T.unroll(per_thread):
-            r = r0 + (u * 256 + tx) // half
-            k = (u * 256 + tx) % half
-            pairs[u] = dst[t, r // 2, r % 2 * half + k]
-        T.sync_threads()
-        for u in T.unroll(per_thread):
-            r = r0 + (u * 256 + tx) // half
-            k = (u * 256 + tx) % half
-            for b in T.unroll(2):
-                dst[t, r, 2 * k + b] = _dequantised(
-                    pairs[u], b, slot_s, scale_s, j0 + r, k
-                )
-        T.sync_threads()

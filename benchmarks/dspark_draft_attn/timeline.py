@@ -15,12 +15,13 @@ spread of CTA entries (waves, launch skew) beside the kernel's span.
 gathered, then per pass (a 64-row query group) its top, Q ready (the first chunk's wait), each
 tile's top (two 64-token tiles and the 16-token tail), the tiles done, the sink folded in, the
 output stores issued; cases at R = 8 (one CTA a request's head group, an idle GPU), 132 (one
-wave) and 256 (two), at 64 and 16 heads.
+wave) and 256 (two), at 64 and 16 heads; --gather picks the resident kernel's gather (async,
+the default, rolled or registers).
 
 The stamps cost a few instructions each and keep the compiler from moving work across them,
 so the total is a little above the unstamped kernel's: read the phases, not the total.
 
-    python -m benchmarks.dspark_draft_attn.timeline --json out.json [--kernel resident]
+    python -m benchmarks.dspark_draft_attn.timeline --json out.json [--kernel resident [--gather rolled]]
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def stamped_source() -> str:
     return src.replace("def dspark_draft_attn_tilelang(", "def timeline_dspark_draft_attn(", 1)
 
 
-def jit_stamped():
+def jit_stamped(gather: str = "async"):
+    assert gather == "async", "--gather is the KV-resident kernel's"
     return ablate.jit_source(stamped_source(), "timeline_dspark_draft_attn")
 
 
@@ -136,9 +138,17 @@ def _resident_edits() -> list[tuple[str, str]]:
     ]
 
 
-def resident_stamped_source() -> str:
-    """The KV-resident kernel function with a `stamps` argument and the stamps inserted."""
+GATHERS = ("async", "rolled", "registers")  # the resident kernel's `gather` values
+
+
+def resident_stamped_source(gather: str = "async") -> str:
+    """The KV-resident kernel function with a `stamps` argument, the stamps inserted and
+    `gather` as its gather's default."""
     src = ablate.function_source("dspark_draft_attn_resident.py", "dspark_draft_attn_resident_tilelang")
+    default = '    gather: str = "async",\n'
+    if src.count(default) != 1:
+        raise ValueError(f"timeline: {default!r} occurs {src.count(default)} times in the resident kernel")
+    src = src.replace(default, f'    gather: str = "{gather}",\n')
     for anchor, stamp in _resident_edits():
         if src.count(anchor) != 1:
             raise ValueError(f"timeline: anchor {anchor!r} occurs {src.count(anchor)} times in the resident kernel")
@@ -159,10 +169,11 @@ def resident_stamped_source() -> str:
     return src.replace("def dspark_draft_attn_resident_tilelang(", "def timeline_dspark_draft_attn_resident(", 1)
 
 
-def jit_resident_stamped():
+def jit_resident_stamped(gather: str = "async"):
     from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_resident as dr
 
-    return ablate.jit_source(resident_stamped_source(), "timeline_dspark_draft_attn_resident", module=dr)
+    return ablate.jit_source(resident_stamped_source(gather), "timeline_dspark_draft_attn_resident",
+                             module=dr)
 
 
 def resident_stamped_args(b: g.Batch, out, cfg, stamps) -> tuple:
@@ -266,15 +277,15 @@ KERNELS = {
 }
 
 
-def _compile(job: tuple[str, int, Any]) -> None:
-    kernel, h, cfg = job
+def _compile(job: tuple[str, str, int, Any]) -> None:
+    kernel, gather, h, cfg = job
     import torch
 
     _, jit, args_of, layout = KERNELS[kernel]
     b = g.plain_batch(1, h, 7000 + h)
     stamps = torch.full((1, g.dc.launch_ctas(cfg, 1, h, 5), layout().slots), -1, dtype=torch.int64,
                         device="cuda")
-    jit().compile(*args_of(b, torch.empty_like(b.q), cfg, stamps))
+    jit(gather).compile(*args_of(b, torch.empty_like(b.q), cfg, stamps))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,20 +293,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", required=True)
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--kernel", choices=tuple(KERNELS), default="plain")
+    ap.add_argument("--gather", choices=GATHERS, default="async",
+                    help="with --kernel resident: the resident kernel's gather")
     a = ap.parse_args(argv)
+    if a.gather != "async" and a.kernel != "resident":
+        ap.error("--gather is the KV-resident kernel's (--kernel resident)")
     import torch
 
     cases_of, jit, args_of, layout_of = KERNELS[a.kernel]
     layout = layout_of()
-    rep: dict[str, Any] = dict(env=g.env_info(), kernel=a.kernel, rows=[])
+    rep: dict[str, Any] = dict(env=g.env_info(), kernel=a.kernel, gather=a.gather, rows=[])
 
     def save() -> None:
         Path(a.json).write_text(json.dumps(rep, indent=1, default=str))
 
-    jobs = sorted({(a.kernel, h, cfg) for _, h, cfg in cases_of()}, key=repr)
+    jobs = sorted({(a.kernel, a.gather, h, cfg) for _, h, cfg in cases_of()}, key=repr)
     rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
     save()
-    kern = jit()
+    kern = jit(a.gather)
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for r, h, cfg in cases_of():
         row: dict[str, Any] = dict(R=r, H=h, heads_per_cta=cfg.heads_per_cta, kv_splits=cfg.kv_splits,

@@ -346,6 +346,11 @@ def test_timeline_stamps_edit_the_resident_kernel():
 
     src = timeline.resident_stamped_source()
     assert "def timeline_dspark_draft_attn_resident(" in src and "@tilelang_jit" not in src
+    # --gather: the stamped kernel's gather default, and nothing else, changes
+    for gather in timeline.GATHERS:
+        other = timeline.resident_stamped_source(gather)
+        assert other.count(f'gather: str = "{gather}"') == 1
+        assert other.replace(f'gather: str = "{gather}"', 'gather: str = "async"') == src
     for slot in timeline.RES_POINTS.values():
         assert src.count(f"stamps[rid, bx, {slot}]") == 1, timeline.resident_names()[slot]
     per_pass = len(timeline.PASS_POINTS)

@@ -363,6 +363,44 @@ def _gather_async(
         kv_tail[0, i, e] = _raw_pair(
             kv_bf16, slot_s, full + 2 * i + e // half, e % half, block_size, tok_words
         )
+    _land_rope_and_scales(
+        kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
+        tok_words, scale_off,
+    )  # fmt: skip
+    # All staged bytes into registers (63 a thread), one barrier, then the
+    # tiles in place: reads and writes of the tiles in one loop would put a
+    # barrier in every iteration.
+    pairs = T.alloc_fragment([full, half], T.bfloat16)
+    tail_pairs = T.alloc_fragment([tail, half], T.bfloat16)
+    for r, k in T.Parallel(full, half):
+        pairs[r, k] = kv_s[last, r // 2, r % 2 * half + k]
+    for j, k in T.Parallel(tail, half):
+        tail_pairs[j, k] = kv_tail[0, j // 2, j % 2 * half + k]
+    T.sync_threads()
+    for t, j, k in T.Parallel(n_tiles, rows, half):
+        for b in T.unroll(2):
+            kv_s[t, j, 2 * k + b] = _dequantised(
+                pairs[t * rows + j, k], b, slot_s, scale_s, t * rows + j, k
+            )
+    for j, k in T.Parallel(tail, half):
+        for b in T.unroll(2):
+            kv_tail[0, j, 2 * k + b] = _dequantised(
+                tail_pairs[j, k], b, slot_s, scale_s, full + j, k
+            )
+    _zero_dead_rope(kv_s, kv_tail, slot_s)
+
+
+@T.macro
+def _land_rope_and_scales(
+    kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
+    tok_words, scale_off,
+):  # fmt: skip
+    """The cp.async gathers' second half: the RoPE values straight into the
+    tiles and the scale words, both in flight with the raw bytes the caller
+    issued; then one wait for all of them and the scales as bf16."""
+    n_tiles, rows = kv_s.shape[0], kv_s.shape[1]
+    full = n_tiles * rows
+    tail = kv_tail.shape[1]
     for t, j, d in T.Parallel(
         n_tiles, rows, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT
     ):
@@ -384,27 +422,14 @@ def _gather_async(
     for j, c in T.Parallel(full + tail, SCALE_BYTES_PER_TOKEN):
         scale_s[j, c] = _scale_of(word_s[j], c)
     T.sync_threads()
-    # All staged bytes into registers (63 a thread), one barrier, then the
-    # tiles in place: reads and writes of the tiles in one loop would put a
-    # barrier in every iteration.
-    pairs = T.alloc_fragment([full, half], T.bfloat16)
-    tail_pairs = T.alloc_fragment([tail, half], T.bfloat16)
-    for r, k in T.Parallel(full, half):
-        pairs[r, k] = kv_s[last, r // 2, r % 2 * half + k]
-    for j, k in T.Parallel(tail, half):
-        tail_pairs[j, k] = kv_tail[0, j // 2, j % 2 * half + k]
-    T.sync_threads()
-    for t, j, k in T.Parallel(n_tiles, rows, half):
-        for b in T.unroll(2):
-            kv_s[t, j, 2 * k + b] = _dequantised(
-                pairs[t * rows + j, k], b, slot_s, scale_s, t * rows + j, k
-            )
-    for j, k in T.Parallel(tail, half):
-        for b in T.unroll(2):
-            kv_tail[0, j, 2 * k + b] = _dequantised(
-                tail_pairs[j, k], b, slot_s, scale_s, full + j, k
-            )
-    # dead slots (read as slot 0) become zeros: RoPE
+
+
+@T.macro
+def _zero_dead_rope(kv_s, kv_tail, slot_s):
+    """Dead slots (read as slot 0) become zeros: their RoPE columns."""
+    n_tiles, rows = kv_s.shape[0], kv_s.shape[1]
+    full = n_tiles * rows
+    tail = kv_tail.shape[1]
     for t, j, d in T.Parallel(n_tiles, rows, ROPE_DIM):
         if slot_s[t * rows + j] < 0:
             kv_s[t, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
@@ -455,36 +480,14 @@ def _gather_rolled(
             kv_bf16, kv_s, t, rows, t * rows, slot_s, block_size, tok_words, threads
         )
     _stage_raw(kv_bf16, kv_tail, 0, tail, full, slot_s, block_size, tok_words, threads)
-    for t, j, d in T.Parallel(
-        n_tiles, rows, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT
-    ):
-        slot = T.max(slot_s[t * rows + j], 0)
-        kv_s[t, j, NOPE_DIM + d] = _rope_value(kv_bf16, slot, d, block_size, tok_words)
-    for j, d in T.Parallel(tail, ROPE_DIM, prefer_async=True, annotations=_NO_WAIT):
-        slot = T.max(slot_s[full + j], 0)
-        kv_tail[0, j, NOPE_DIM + d] = _rope_value(
-            kv_bf16, slot, d, block_size, tok_words
-        )
-    for j in T.Parallel(full + tail, prefer_async=True, annotations=_NO_WAIT):
-        slot = T.max(slot_s[j], 0)
-        word_s[j] = kv_i64[
-            _page(kv_i64, slot, block_size), scale_off // 8 + slot % block_size
-        ]
-    T.ptx_commit_group()
-    T.ptx_wait_group(0)
-    T.sync_threads()
-    for j, c in T.Parallel(full + tail, SCALE_BYTES_PER_TOKEN):
-        scale_s[j, c] = _scale_of(word_s[j], c)
-    T.sync_threads()
+    _land_rope_and_scales(
+        kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
+        tok_words, scale_off,
+    )  # fmt: skip
     for t in T.serial(n_tiles):
         _expand_in_place(kv_s, t, rows, t * rows, slot_s, scale_s, threads)
     _expand_in_place(kv_tail, 0, tail, full, slot_s, scale_s, threads)
-    for t, j, d in T.Parallel(n_tiles, rows, ROPE_DIM):
-        if slot_s[t * rows + j] < 0:
-            kv_s[t, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
-    for j, d in T.Parallel(tail, ROPE_DIM):
-        if slot_s[full + j] < 0:
-            kv_tail[0, j, NOPE_DIM + d] = T.cast(0, T.bfloat16)
+    _zero_dead_rope(kv_s, kv_tail, slot_s)
 
 
 _ROUND_ROWS = 8

@@ -120,14 +120,23 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
     return launch_args
 
 
+# The KV-resident kernel's `gather` values, the default first
+GATHERS = ("async", "rolled", "registers")
+
+
+def gather_edit(gather: str) -> tuple[str, str]:
+    """The edit of the resident kernel's source that makes `gather` its gather's default."""
+    return (f'    gather: str = "{GATHERS[0]}",\n', f'    gather: str = "{gather}",\n')
+
+
 # The KV-resident kernel: variant -> (edits of the kernel function, edits of _attend_tile)
 RESIDENT_VARIANTS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
     "whole": ([], []),
     # correct: the gather of runs 36-58, every load of the window into registers
-    "sync_gather": ([('    gather: str = "async",\n', '    gather: str = "registers",\n')], []),
+    "sync_gather": ([gather_edit("registers")], []),
     # correct: the cp.async gather in rolled loops (less than half the code before the first
     # wgmma; runs 59-60 found the gather bound by instruction fetch)
-    "rolled_gather": ([('    gather: str = "async",\n', '    gather: str = "rolled",\n')], []),
+    "rolled_gather": ([gather_edit("rolled")], []),
     # correct: the output from the accumulator's registers (4-byte stores), Q's buffer unused:
     # no staging loop, the store loop over the padded rows (the accumulator's) and reading acc_o
     "registers_out": ([

@@ -138,17 +138,17 @@ def _resident_edits() -> list[tuple[str, str]]:
     ]
 
 
-GATHERS = ("async", "rolled", "registers")  # the resident kernel's `gather` values
+GATHERS = ablate.GATHERS
 
 
 def resident_stamped_source(gather: str = "async") -> str:
     """The KV-resident kernel function with a `stamps` argument, the stamps inserted and
     `gather` as its gather's default."""
     src = ablate.function_source("dspark_draft_attn_resident.py", "dspark_draft_attn_resident_tilelang")
-    default = '    gather: str = "async",\n'
+    default, chosen = ablate.gather_edit(gather)
     if src.count(default) != 1:
         raise ValueError(f"timeline: {default!r} occurs {src.count(default)} times in the resident kernel")
-    src = src.replace(default, f'    gather: str = "{gather}",\n')
+    src = src.replace(default, chosen)
     for anchor, stamp in _resident_edits():
         if src.count(anchor) != 1:
             raise ValueError(f"timeline: anchor {anchor!r} occurs {src.count(anchor)} times in the resident kernel")

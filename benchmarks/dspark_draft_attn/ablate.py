@@ -121,7 +121,7 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
 
 
 # The KV-resident kernel's `gather` values, the default first
-GATHERS = ("async", "rolled", "registers")
+GATHERS = ("async", "registers")
 
 
 def gather_edit(gather: str) -> tuple[str, str]:
@@ -134,9 +134,6 @@ RESIDENT_VARIANTS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]
     "whole": ([], []),
     # correct: the gather of runs 36-58, every load of the window into registers
     "sync_gather": ([gather_edit("registers")], []),
-    # correct: the cp.async gather in rolled loops (less than half the code before the first
-    # wgmma; runs 59-60 found the gather bound by instruction fetch)
-    "rolled_gather": ([gather_edit("rolled")], []),
     # correct: the output from the accumulator's registers (4-byte stores), Q's buffer unused:
     # no staging loop, the store loop over the padded rows (the accumulator's) and reading acc_o
     "registers_out": ([

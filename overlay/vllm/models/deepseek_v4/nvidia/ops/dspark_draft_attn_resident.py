@@ -13,9 +13,7 @@ query groups ("passes", each one 64-row wgmma tile of (query, head) rows):
    together by cp.async (the raw bytes staged in the tiles' own NoPE columns),
    then dequantised in shared memory, while the first pass's Q arrives the
    same way (gather="async"; "registers": the gather of runs 36-58, whose
-   loads nvcc serialised; "rolled": the async gather in rolled loops,
-   less code to fetch, not yet run on a GPU; the benchmark README's runs
-   58-60 measured the first two);
+   loads nvcc serialised, kept for A/B; the benchmark README's runs 58-61);
 2. per pass: S = Q K^T, online softmax and O += P V over the resident
    tiles, the sink folded in, O written through the (then free) Q buffer.
 
@@ -88,7 +86,7 @@ def dspark_draft_attn_resident_tilelang(
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
-    assert gather in ("async", "rolled", "registers"), gather
+    assert gather in ("async", "registers"), gather
     qpc, q_groups = query_groups(num_queries, queries_per_cta)
     n_pass = min(passes or q_groups, q_groups)
     cta_groups = -(-q_groups // n_pass)
@@ -161,11 +159,6 @@ def dspark_draft_attn_resident_tilelang(
             _gather_async(
                 kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s,
                 block_size, tok_words, scale_off,
-            )  # fmt: skip
-        elif gather == "rolled":
-            _gather_rolled(
-                kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s,
-                block_size, tok_words, scale_off, threads,
             )  # fmt: skip
         else:
             _chunk_scales(kv_i64, slot_s, scale_s, block_size, scale_off)
@@ -345,7 +338,14 @@ def _gather_async(
     columns of the tiles they end up in: raw rows 2i and 2i + 1 (448 bytes
     each, as bf16 pairs) in row i of the last resident tile, the tail's in the
     tail. The RoPE columns take their values directly. The last tile and the
-    tail are then read into registers before they are overwritten."""
+    tail are then read into registers before they are overwritten.
+
+    Straight-line code (~90 KB on sm_90a), fetched once a CTA. The same
+    gather in rolled loops fetched less code but was 5-16 % slower (H100 run
+    61): expanding the staged bytes in place took 18 rounds of two CTA
+    barriers, and TileLang's barrier planner puts two in every iteration of
+    a rolled loop that reads and writes the tiles, even where the rows read
+    and written are disjoint (codegen)."""
     n_tiles, rows = kv_s.shape[0], kv_s.shape[1]
     full = n_tiles * rows
     tail = kv_tail.shape[1]
@@ -395,7 +395,7 @@ def _land_rope_and_scales(
     kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
     tok_words, scale_off,
 ):  # fmt: skip
-    """The cp.async gathers' second half: the RoPE values straight into the
+    """The cp.async gather's second half: the RoPE values straight into the
     tiles and the scale words, both in flight with the raw bytes the caller
     issued; then one wait for all of them and the scales as bf16."""
     n_tiles, rows = kv_s.shape[0], kv_s.shape[1]
@@ -459,92 +459,6 @@ def _dequantised(pair, b, slot_s, scale_s, r, k):
         ),
         T.cast(0, T.bfloat16),
     )
-
-
-@T.macro
-def _gather_rolled(
-    kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
-    tok_words, scale_off, threads,
-):  # fmt: skip
-    """_gather_async in short rolled loops (#pragma unroll 1), so less code
-    is fetched once a CTA (sm_90a: 39 KB before the first wgmma, not 93 KB):
-    each tile's raw rows staged in its own first half (raw row r at row
-    r // 2, columns (r % 2) * 224 ...), then expanded in place 8 rows at a
-    time, last rows first (a round overwrites only rows whose raw bytes
-    earlier rounds consumed)."""
-    n_tiles, rows = kv_s.shape[0], kv_s.shape[1]
-    full = n_tiles * rows
-    tail = kv_tail.shape[1]
-    for t in T.serial(n_tiles):
-        _stage_raw(
-            kv_bf16, kv_s, t, rows, t * rows, slot_s, block_size, tok_words, threads
-        )
-    _stage_raw(kv_bf16, kv_tail, 0, tail, full, slot_s, block_size, tok_words, threads)
-    _land_rope_and_scales(
-        kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s, block_size,
-        tok_words, scale_off,
-    )  # fmt: skip
-    for t in T.serial(n_tiles):
-        _expand_in_place(kv_s, t, rows, t * rows, slot_s, scale_s, threads)
-    _expand_in_place(kv_tail, 0, tail, full, slot_s, scale_s, threads)
-    _zero_dead_rope(kv_s, kv_tail, slot_s)
-
-
-_ROUND_ROWS = 8
-
-
-@T.macro
-def _stage_raw(kv_bf16, dst, t, rows, j0, slot_s, block_size, tok_words, threads):
-    """Chunk slots j0 ... j0 + rows - 1's raw NoPE bytes (as bf16 pairs, 16
-    bytes a copy) into the first half of dst[t], by cp.async."""
-    tx = T.get_thread_binding()
-    half = NOPE_DIM // 2
-    copies = rows * half // 8
-    for it in T.unroll(-(-copies // threads), explicit=False, unroll_factor=1):
-        v = it * threads + tx
-        if v < copies:
-            r = v * 8 // half
-            k = v * 8 % half
-            slot = T.max(slot_s[j0 + r], 0)
-            T.ptx_cp_async(
-                T.access_ptr(dst[t, r // 2, r % 2 * half + k], "w", 8),
-                T.access_ptr(
-                    kv_bf16[
-                        _page(kv_bf16, slot, block_size),
-                        (slot % block_size) * tok_words + k,
-                    ],
-                    "r",
-                    8,
-                ),
-                8,
-            )
-
-
-@T.macro
-def _expand_in_place(dst, t, rows, j0, slot_s, scale_s, threads):
-    """dst[t]'s staged raw rows dequantised in place, _ROUND_ROWS rows a round
-    from the last: the round of rows r0 ... r0 + 7 overwrites the staged raw
-    rows 2 r0 ... 2 r0 + 15, which earlier rounds read (r0 > 0) or this one
-    read before its barrier (r0 = 0)."""
-    tx = T.get_thread_binding()
-    half = NOPE_DIM // 2
-    per_thread = _ROUND_ROWS * half // threads
-    pairs = T.alloc_local([per_thread], T.bfloat16)
-    for g in T.unroll(rows // _ROUND_ROWS, explicit=False, unroll_factor=1):
-        r0 = rows - _ROUND_ROWS * (g + 1)
-        for u in T.unroll(per_thread):
-            r = r0 + (u * threads + tx) // half
-            k = (u * threads + tx) % half
-            pairs[u] = dst[t, r // 2, r % 2 * half + k]
-        T.sync_threads()
-        for u in T.unroll(per_thread):
-            r = r0 + (u * threads + tx) // half
-            k = (u * threads + tx) % half
-            for b in T.unroll(2):
-                dst[t, r, 2 * k + b] = _dequantised(
-                    pairs[u], b, slot_s, scale_s, j0 + r, k
-                )
-        T.sync_threads()
 
 
 @T.macro

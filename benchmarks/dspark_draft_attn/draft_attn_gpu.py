@@ -451,7 +451,8 @@ def split_rule_tiles(r: int, h: int, cap: tuple[int, int], sms: int,
     return pick, tiles + [t for t in (replace(cfg, kv_splits=1), pick) if t not in tiles]
 
 
-def precompile_keys(what: str, quick: bool, sweep_configs=SWEEP_CONFIGS, eager_sizes=(), rule_sizes=()) -> list[Any]:
+def precompile_keys(what: str, quick: bool, sweep_configs=SWEEP_CONFIGS, eager_sizes=(), rule_sizes=(),
+                    resident_rule_sizes=()) -> list[Any]:
     """The compile keys of every kernel a run of `what` needs, each once."""
     cap = torch.cuda.get_device_capability(0)
     keys = []
@@ -478,6 +479,10 @@ def precompile_keys(what: str, quick: bool, sweep_configs=SWEEP_CONFIGS, eager_s
     if what == "rules":  # the tiles split_rule times
         sms = dk._sm_count(torch.device("cuda", 0))
         keys += [compile_key(h, n, t) for r, h, n in rule_sizes for t in split_rule_tiles(r, h, cap, sms, n)[1]]
+        for h in dict.fromkeys(h for _, h in resident_rule_sizes):  # the two tiles resident_rule times
+            cfg = dc.select_tile_config(h, 5, cap)
+            if dc.resident_kv(cfg, cap):
+                keys += [compile_key(h, 5, replace(cfg, kv_splits=1)), compile_key(h, 5, dc.resident_tile(cfg, h, 5))]
     return list(dict.fromkeys(keys))
 
 
@@ -1033,14 +1038,15 @@ def print_correctness(title: str, cm: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # rules: only --split-rule-sizes (no matrix, no benchmark rows), for a short device budget
+    # rules: only --rule-sizes and --split-rule-sizes (no matrix, no benchmark rows), for a short
+    # device budget
     ap.add_argument("what", choices=("smoke", "check", "bench", "sweep", "eager", "rules", "all"))
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--quick", action="store_true", help="smaller matrix, no sweep")
     ap.add_argument("--configs", help="sweep only these SWEEP_CONFIGS indices (comma-separated)")
     ap.add_argument("--sizes", help="sweep only these RxH sizes (e.g. 1x64,8x16), default all of SWEEP_SIZES")
     ap.add_argument("--rule-sizes",
-                    help="with bench or all: time the streaming and KV-resident tiles at these RxH "
+                    help="with bench, rules or all: time the streaming and KV-resident tiles at these RxH "
                          "sizes beside launch_tile's pick (resident_pays)")
     ap.add_argument("--split-rule-sizes",
                     help="with bench, rules or all: time every split tile that fits and the unsplit one at "
@@ -1100,7 +1106,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.compile_procs <= 0:
             return []
         keys = [k for k in precompile_keys(what, a.quick, configs, sizes if what == "eager" else (),
-                                           split_rule_sizes) if k not in skip]
+                                           split_rule_sizes, rule_sizes) if k not in skip]
         rep[report] = pc = precompile(keys, a.compile_procs)
         print(f"precompiled {pc['keys']} kernels in {pc['seconds']} s ({len(pc['errors'])} errors)", flush=True)
         save()
@@ -1145,7 +1151,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(eager_line(row))
         save()
-    if rule_sizes and a.what in ("bench", "all"):
+    if rule_sizes and a.what in ("bench", "rules", "all"):
         rep["resident_rule"] = resident_rule(
             rule_sizes, on_row=lambda rows: (rep.update(resident_rule=dict(rows=rows)), save())
         )

@@ -845,6 +845,28 @@ def test_resident_rule_sizes_are_checked_before_any_gpu_work(capsys):
         assert "no CUDA device" in capsys.readouterr().err
 
 
+def test_rules_precompiles_the_tiles_the_resident_rule_times(monkeypatch):
+    """`rules` with --rule-sizes (the KV-resident rule alone, for a short device budget)
+    compiles both tiles resident_rule times up front, once a head count, in parallel with the
+    rest; not one by one as the timing reaches them (~40 s each)."""
+    from benchmarks.dspark_draft_attn import draft_attn_gpu as g
+
+    # an H100's answers, without CUDA (the kernel module is not loaded here: dk is None)
+    monkeypatch.setattr(g.torch.cuda, "get_device_capability", lambda *_: (9, 0))
+    monkeypatch.setattr(g, "dk", types.SimpleNamespace(_sm_count=lambda *_: 132))
+    monkeypatch.setattr(g, "compile_key", lambda h, n, cfg: (h, n, cfg))  # the kernel's needs dk
+    sizes = ((80, 64), (144, 64), (199, 16))
+    keys = g.precompile_keys("rules", False, resident_rule_sizes=sizes)
+    want = []
+    for h in (64, 16):
+        cfg = g.dc.select_tile_config(h, 5, (9, 0))
+        assert g.dc.resident_kv(cfg, (9, 0))
+        want += [g.compile_key(h, 5, dataclasses.replace(cfg, kv_splits=1)),
+                 g.compile_key(h, 5, g.dc.resident_tile(cfg, h, 5))]
+    assert keys == want  # 64 heads once for its two sizes
+    assert g.precompile_keys("rules", False) == []
+
+
 def test_split_rule_times_what_fits_beside_the_pick(capsys):
     """--split-rule-sizes (bench, all, or `rules` alone for a short device budget) times every
     split tile whose CTAs fit the SMs, the unsplit tile and launch_tile's pick; bad sizes are

@@ -502,7 +502,11 @@ def launch_ctas(
 # 2 waves, 149 us, against 10 streaming waves, 213 us) and 2 passes at 16
 # heads 1.8 (2 waves, 82 us, against 4, 91 us). Below one wave of resident
 # CTAs the streaming kernel won in the same run (R = 8-64: 66-73 us against
-# 23-69 at 64 heads, 38 against 29 at R = 64 x 16 heads).
+# 23-69 at 64 heads, 38 against 29 at R = 64 x 16 heads). On the faster
+# cp.async-gather kernel (H100 run 63) it is right at 8 of 13 sizes near its flips;
+# each miss keeps the streaming tile where the resident one is 2-8 % faster.
+# Not refitted: lower costs would also move sizes not yet timed (benchmarks/
+# dspark_draft_attn/README.md, run 63).
 RESIDENT_GATHER_COST = 0.8
 RESIDENT_PASS_COST = 0.5
 

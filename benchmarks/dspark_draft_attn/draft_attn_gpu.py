@@ -451,7 +451,7 @@ def split_rule_tiles(r: int, h: int, cap: tuple[int, int], sms: int,
     return pick, tiles + [t for t in (replace(cfg, kv_splits=1), pick) if t not in tiles]
 
 
-def precompile_keys(what: str, quick: bool, sweep_configs=SWEEP_CONFIGS, eager_sizes=(), rule_sizes=(),
+def precompile_keys(what: str, quick: bool, sweep_configs=SWEEP_CONFIGS, eager_sizes=(), split_rule_sizes=(),
                     resident_rule_sizes=()) -> list[Any]:
     """The compile keys of every kernel a run of `what` needs, each once."""
     cap = torch.cuda.get_device_capability(0)
@@ -476,9 +476,9 @@ def precompile_keys(what: str, quick: bool, sweep_configs=SWEEP_CONFIGS, eager_s
             keys.append(compile_key(h, 5, dc.launch_tile(cfg, r, h, live_slots(5), sms, cap, 5)))
     if what in ("sweep", "all") and not quick:
         keys += [compile_key(h, 5, c) for h in (64, 16) for c in sweep_configs if h % c.heads_per_cta == 0]
-    if what == "rules":  # the tiles split_rule times
+    if what == "rules":  # the tiles split_rule and resident_rule time
         sms = dk._sm_count(torch.device("cuda", 0))
-        keys += [compile_key(h, n, t) for r, h, n in rule_sizes for t in split_rule_tiles(r, h, cap, sms, n)[1]]
+        keys += [compile_key(h, n, t) for r, h, n in split_rule_sizes for t in split_rule_tiles(r, h, cap, sms, n)[1]]
         for h in dict.fromkeys(h for _, h in resident_rule_sizes):  # the two tiles resident_rule times
             cfg = dc.select_tile_config(h, 5, cap)
             if dc.resident_kv(cfg, cap):

@@ -479,10 +479,7 @@ def precompile_keys(what: str, quick: bool, sweep_configs=SWEEP_CONFIGS, eager_s
     if what == "rules":  # the tiles split_rule and resident_rule time
         sms = dk._sm_count(torch.device("cuda", 0))
         keys += [compile_key(h, n, t) for r, h, n in split_rule_sizes for t in split_rule_tiles(r, h, cap, sms, n)[1]]
-        for h in dict.fromkeys(h for _, h in resident_rule_sizes):  # the two tiles resident_rule times
-            cfg = dc.select_tile_config(h, 5, cap)
-            if dc.resident_kv(cfg, cap):
-                keys += [compile_key(h, 5, replace(cfg, kv_splits=1)), compile_key(h, 5, dc.resident_tile(cfg, h, 5))]
+        keys += [compile_key(h, 5, t) for _, h in resident_rule_sizes for t in resident_rule_tiles(h, cap).values()]
     return list(dict.fromkeys(keys))
 
 
@@ -925,6 +922,15 @@ def sweep(on_row=None, configs=SWEEP_CONFIGS, sizes=SWEEP_SIZES) -> dict[str, An
     return dict(rows=rows)
 
 
+def resident_rule_tiles(h: int, cap: tuple[int, int]) -> dict[str, dc.TileConfig]:
+    """The two tiles resident_rule times at h heads, N = 5: the streaming unsplit one and the
+    KV-resident one; none where the arch has no KV-resident kernel (resident_kv)."""
+    cfg = dc.select_tile_config(h, 5, cap)
+    if not dc.resident_kv(cfg, cap):
+        return {}
+    return dict(streaming=replace(cfg, kv_splits=1), resident=dc.resident_tile(cfg, h, 5))
+
+
 def resident_rule(sizes, on_row=None) -> dict[str, Any]:
     """launch_tile's KV-resident rule (resident_pays) against the clock: per (R, heads), N = 5,
     the streaming unsplit tile and the KV-resident one, each checked against the reference and
@@ -932,16 +938,17 @@ def resident_rule(sizes, on_row=None) -> dict[str, Any]:
     cap = torch.cuda.get_device_capability(0)
     rows = []
     for r, h in sizes:
-        cfg = dc.select_tile_config(h, 5, cap)
-        if not dc.resident_kv(cfg, cap):
+        tiles = resident_rule_tiles(h, cap)
+        if not tiles:
             continue
+        cfg = dc.select_tile_config(h, 5, cap)
         b = plain_batch(r, h, 4000 + r + h)
         ref = reference(b)
         sms = dk._sm_count(b.q.device)
         pick = dc.launch_tile(cfg, r, h, live_slots(b.n), sms, cap, b.n)
         row: dict[str, Any] = dict(R=r, H=h, N=5, floor_us=floor_us(b, h), sm_count=sms,
                                    rule_picks_resident=pick.resident)
-        for name, tile in (("streaming", replace(cfg, kv_splits=1)), ("resident", dc.resident_tile(cfg, h, b.n))):
+        for name, tile in tiles.items():
             out = torch.empty_like(b.q)
             fn = lambda b=b, out=out, tile=tile: run_kernel(b, out, tile=tile)  # noqa: E731
             fn()

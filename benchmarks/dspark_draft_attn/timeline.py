@@ -145,16 +145,13 @@ def resident_stamped_source(gather: str = "async") -> str:
     """The KV-resident kernel function with a `stamps` argument, the stamps inserted and
     `gather` as its gather's default."""
     src = ablate.function_source("dspark_draft_attn_resident.py", "dspark_draft_attn_resident_tilelang")
-    default, chosen = ablate.gather_edit(gather)
-    if src.count(default) != 1:
-        raise ValueError(f"timeline: {default!r} occurs {src.count(default)} times in the resident kernel")
-    src = src.replace(default, chosen)
     for anchor, stamp in _resident_edits():
         if src.count(anchor) != 1:
             raise ValueError(f"timeline: anchor {anchor!r} occurs {src.count(anchor)} times in the resident kernel")
         src = src.replace(anchor, stamp + anchor)
     out_type = "    out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]"
     for old, new in (
+        ablate.gather_edit(gather),
         ("    out,\n    num_heads: int,", "    out,\n    stamps,\n    num_heads: int,"),
         (out_type, f"    stamps: T.Tensor[[num_reqs, head_groups * cta_groups, {RES_SLOTS}], T.int64]  "
          f"# type: ignore\n{out_type}"),

@@ -301,9 +301,7 @@ def _chunk_scales(kv_i64, slot_s, scale_s, block_size, scale_off):
     """Each chunk slot's scales as bf16 (powers of two: exact)."""
     for j, c in T.Parallel(slot_s.shape[0], SCALE_BYTES_PER_TOKEN):
         slot = T.max(slot_s[j], 0)
-        word = kv_i64[
-            _page(kv_i64, slot, block_size), scale_off // 8 + slot % block_size
-        ]
+        word = _scale_word(kv_i64, slot, block_size, scale_off)
         scale_s[j, c] = _scale_of(word, c)
 
 
@@ -413,9 +411,7 @@ def _land_rope_and_scales(
         )
     for j in T.Parallel(full + tail, prefer_async=True, annotations=_NO_WAIT):
         slot = T.max(slot_s[j], 0)
-        word_s[j] = kv_i64[
-            _page(kv_i64, slot, block_size), scale_off // 8 + slot % block_size
-        ]
+        word_s[j] = _scale_word(kv_i64, slot, block_size, scale_off)
     T.ptx_commit_group()
     T.ptx_wait_group(0)
     T.sync_threads()
@@ -546,6 +542,12 @@ def _nope_byte(kv_fp8, slot, d, block_size):
 def _rope_value(kv_bf16, slot, d, block_size, tok_words):
     page = _page(kv_bf16, slot, block_size)
     return kv_bf16[page, (slot % block_size) * tok_words + NOPE_DIM // 2 + d]
+
+
+def _scale_word(kv_i64, slot, block_size, scale_off):
+    """A slot's UE8M0 scale bytes: one int64 in its page's scale block."""
+    page = _page(kv_i64, slot, block_size)
+    return kv_i64[page, scale_off // 8 + slot % block_size]
 
 
 def _scaled(raw, scale):

@@ -23,13 +23,44 @@ Exit status: 0 every result correct; 1 a wrong result or a crash in the matrix; 
 could be checked (no CUDA, no tilelang, no patched vLLM).
 """
 
+import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def main() -> int:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    # Parsed before anything heavy is imported, so --help and a mistyped flag answer on
+    # any machine, not only on one with CUDA, tilelang and the patched vLLM.
+    p = argparse.ArgumentParser(
+        prog="selfcheck_dspark_draft_attn.py",
+        description=__doc__.split("\n\n")[0],
+        epilog="exit status: 0 every result correct; 1 a wrong result or a crash in "
+        "the matrix; 2 nothing could be checked",
+    )
+    p.add_argument("--json", help="also write the JSON report here")
+    p.add_argument("--quick", action="store_true", help="smaller matrix, no tile sweep")
+    p.add_argument("--check-only", action="store_true", help="correctness only, no benchmark")
+    p.add_argument("--sizes", help="tile sweep only at these RxH sizes, e.g. 1x64,8x16")
+    return p.parse_args(argv)
+
+
+def draft_attn_argv(args: argparse.Namespace) -> list[str]:
+    """The benchmark's command line for these options."""
+    argv = ["check" if args.check_only else "all"]
+    if args.json:
+        argv += ["--json", args.json]
+    if args.quick:
+        argv.append("--quick")
+    if args.sizes:
+        argv += ["--sizes", args.sizes]
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         import tilelang  # noqa: F401
         import torch
@@ -42,10 +73,7 @@ def main() -> int:
         return 2
     from benchmarks.dspark_draft_attn import draft_attn_gpu
 
-    args = sys.argv[1:]
-    what = "check" if "--check-only" in args else "all"
-    args = [a for a in args if a != "--check-only"]
-    return draft_attn_gpu.main([what, *args])
+    return draft_attn_gpu.main(draft_attn_argv(args))
 
 
 if __name__ == "__main__":

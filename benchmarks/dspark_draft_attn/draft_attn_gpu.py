@@ -963,7 +963,8 @@ def resident_rule(sizes, on_row=None) -> dict[str, Any]:
         print(json.dumps(row), file=sys.stderr, flush=True)
         if on_row is not None:
             on_row(rows)
-    return dict(rows=rows, gather_cost=dc.RESIDENT_GATHER_COST, pass_cost=dc.RESIDENT_PASS_COST)
+    return dict(rows=rows, gather_cost=dc.RESIDENT_GATHER_COST, pass_cost=dc.RESIDENT_PASS_COST,
+                last_wave_fixed=dc.LAST_WAVE_FIXED)
 
 
 def split_rule(sizes, on_row=None) -> dict[str, Any]:

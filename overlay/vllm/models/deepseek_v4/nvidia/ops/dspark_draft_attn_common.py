@@ -497,24 +497,33 @@ def launch_ctas(
 
 
 # A KV-resident CTA of P passes costs about RESIDENT_GATHER_COST +
-# RESIDENT_PASS_COST * P unsplit streaming CTAs (one SM each either way):
-# fitted on H100 run 36 (graph, cold L2), 5 passes at 64 heads 3.3 (R = 256:
-# 2 waves, 149 us, against 10 streaming waves, 213 us) and 2 passes at 16
-# heads 1.8 (2 waves, 82 us, against 4, 91 us). Below one wave of resident
-# CTAs the streaming kernel won in the same run (R = 8-64: 66-73 us against
-# 23-69 at 64 heads, 38 against 29 at R = 64 x 16 heads). On the faster
-# cp.async-gather kernel (H100 run 63) it is right at 8 of 13 sizes near its flips;
-# each miss keeps the streaming tile where the resident one is 2-8 % faster.
-# Not refitted: lower costs would also move sizes not yet timed (benchmarks/
-# dspark_draft_attn/README.md, run 63).
-RESIDENT_GATHER_COST = 0.8
-RESIDENT_PASS_COST = 0.5
+# RESIDENT_PASS_COST * P unsplit streaming CTAs (one SM each either way), and
+# a launch of either kernel takes launch_waves of its CTAs: a short last wave
+# costs LAST_WAVE_FIXED of a full one (its CTAs' own latency) plus the rest in
+# proportion to the SMs it fills (H100 run 63: 2 streaming CTAs past one wave
+# cost 10.6 of a full wave's ~19 us at 16 heads, 1 resident CTA 23 of ~36).
+# Fitted on H100 runs 63-64 (the cp.async-gather kernel, graph, cold L2, 27
+# sizes at 16 / 32 / 64 heads, R = 45-256 around the flips): right at all 27,
+# where the previous fit (integer waves, 0.8 + 0.5 P, from run 36's kernel)
+# was right at 21; the sizes nearest a flip differ by 1-3 %.
+RESIDENT_GATHER_COST = 0.55
+RESIDENT_PASS_COST = 0.6
+LAST_WAVE_FIXED = 0.55
 
 
 def resident_passes(tile: TileConfig, num_queries: int) -> int:
     """Query groups (64-row wgmma tiles) one KV-resident CTA loops over."""
     q_groups = query_groups(num_queries, tile.queries_per_cta)[1]
     return min(tile.passes or q_groups, q_groups)
+
+
+def launch_waves(ctas: int, sm_count: int) -> float:
+    """Waves of a launch of one-SM CTAs in the model above: the full ones, and
+    a short last one at LAST_WAVE_FIXED plus its share of the SMs."""
+    full, last = divmod(ctas, sm_count)
+    if not last:
+        return float(full)
+    return full + LAST_WAVE_FIXED + (1 - LAST_WAVE_FIXED) * last / sm_count
 
 
 def resident_pays(
@@ -529,8 +538,9 @@ def resident_pays(
     model above: its waves x its CTA cost against the streaming waves. One
     pass a CTA never pays (the same CTAs, each gathering all at once)."""
 
-    def waves(tile: TileConfig) -> int:
-        return -(-launch_ctas(tile, num_reqs, num_heads, num_queries) // sm_count)
+    def waves(tile: TileConfig) -> float:
+        ctas = launch_ctas(tile, num_reqs, num_heads, num_queries)
+        return launch_waves(ctas, sm_count)
 
     cta_cost = RESIDENT_GATHER_COST + RESIDENT_PASS_COST * resident_passes(
         resident, num_queries

@@ -502,10 +502,11 @@ def launch_ctas(
 # costs LAST_WAVE_FIXED of a full one (its CTAs' own latency) plus the rest in
 # proportion to the SMs it fills (H100 run 63: 2 streaming CTAs past one wave
 # cost 10.6 of a full wave's ~19 us at 16 heads, 1 resident CTA 23 of ~36).
-# Fitted on H100 runs 63-64 (the cp.async-gather kernel, graph, cold L2, 27
-# sizes at 16 / 32 / 64 heads, R = 45-256 around the flips): right at all 27,
-# where the previous fit (integer waves, 0.8 + 0.5 P, from run 36's kernel)
-# was right at 21; the sizes nearest a flip differ by 1-3 %.
+# Fitted on H100 runs 63-64 (the cp.async-gather kernel, graph, cold L2, both
+# tiles timed at 24 sizes of 16 / 32 / 64 heads, R = 45-199, around the
+# flips) and R = 256 (runs 37 and 62): right at all 26, where the previous fit
+# (integer waves, 0.8 + 0.5 P, from run 36's kernel) was right at 20; the
+# sizes nearest a flip differ by 1-3 %.
 RESIDENT_GATHER_COST = 0.55
 RESIDENT_PASS_COST = 0.6
 LAST_WAVE_FIXED = 0.55

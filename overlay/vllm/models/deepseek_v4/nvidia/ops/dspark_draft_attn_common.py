@@ -518,13 +518,16 @@ def resident_passes(tile: TileConfig, num_queries: int) -> int:
     return min(tile.passes or q_groups, q_groups)
 
 
-def launch_waves(ctas: int, sm_count: int) -> float:
+def launch_waves(
+    ctas: int, sm_count: int, last_wave_fixed: float = LAST_WAVE_FIXED
+) -> float:
     """Waves of a launch of one-SM CTAs in the model above: the full ones, and
-    a short last one at LAST_WAVE_FIXED plus its share of the SMs."""
+    a short last one at last_wave_fixed plus its share of the SMs (another
+    value: the refit's search, benchmarks/dspark_draft_attn)."""
     full, last = divmod(ctas, sm_count)
     if not last:
         return float(full)
-    return full + LAST_WAVE_FIXED + (1 - LAST_WAVE_FIXED) * last / sm_count
+    return full + last_wave_fixed + (1 - last_wave_fixed) * last / sm_count
 
 
 def resident_pays(

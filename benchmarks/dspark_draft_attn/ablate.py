@@ -121,7 +121,7 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
 
 
 # The KV-resident kernel's `gather` values, the default first
-GATHERS = ("async", "registers")
+GATHERS = ("bulk", "async", "registers")
 
 
 def gather_edit(gather: str) -> tuple[str, str]:
@@ -132,6 +132,8 @@ def gather_edit(gather: str) -> tuple[str, str]:
 # The KV-resident kernel: variant -> (edits of the kernel function, edits of _attend_tile)
 RESIDENT_VARIANTS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
     "whole": ([], []),
+    # correct: the cp.async gather of runs 59-66, the window staged in the tiles' NoPE columns
+    "async_gather": ([gather_edit("async")], []),
     # correct: the gather of runs 36-58, every load of the window into registers
     "sync_gather": ([gather_edit("registers")], []),
     # correct: the output from the accumulator's registers (4-byte stores), Q's buffer unused:
@@ -216,14 +218,17 @@ def _compile(job: tuple[str, int, Any]) -> None:
 def resident_main(a, rep: dict[str, Any], save) -> int:
     """--kernel resident: RESIDENT_VARIANTS at RESIDENT_SIZES, graph hot and cold, each
     variant's error against the reference beside it (registers_out must be right)."""
-    jobs = sorted({(v, h, resident_tile(h)) for v in RESIDENT_VARIANTS for _, h in RESIDENT_SIZES}, key=repr)
+    variants = a.variants.split(",") if a.variants else list(RESIDENT_VARIANTS)
+    if unknown := set(variants) - set(RESIDENT_VARIANTS):
+        raise SystemExit(f"ablate: --variants {sorted(unknown)}: not among {', '.join(RESIDENT_VARIANTS)}")
+    jobs = sorted({(v, h, resident_tile(h)) for v in variants for _, h in RESIDENT_SIZES}, key=repr)
     rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
     save()
     for r, h in RESIDENT_SIZES:
         b = _batch(r, h)
         ref = g.reference(b)
         cfg = resident_tile(h)
-        for name in RESIDENT_VARIANTS:
+        for name in variants:
             row: dict[str, Any] = dict(R=r, H=h, variant=name, **cfg.__dict__)
             try:
                 kern = jit_resident_variant(name)
@@ -249,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", required=True)
     ap.add_argument("--procs", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--kernel", choices=("plain", "resident"), default="plain")
+    ap.add_argument("--variants", default="", help="with --kernel resident: a comma list of RESIDENT_VARIANTS "
+                    "(default: all)")
     a = ap.parse_args(argv)
     import torch
 

@@ -15,8 +15,8 @@ spread of CTA entries (waves, launch skew) beside the kernel's span.
 gathered, then per pass (a 64-row query group) its top, Q ready (the first chunk's wait), each
 tile's top (two 64-token tiles and the 16-token tail), the tiles done, the sink folded in, the
 output stores issued; cases at R = 8 (one CTA a request's head group, an idle GPU), 132 (one
-wave) and 256 (two), at 64 and 16 heads; --gather picks the resident kernel's gather (async,
-the default, or registers).
+wave) and 256 (two), at 64 and 16 heads; --gather picks the resident kernel's gather (bulk,
+the default, async or registers).
 
 The stamps cost a few instructions each and keep the compiler from moving work across them,
 so the total is a little above the unstamped kernel's: read the phases, not the total.
@@ -106,8 +106,8 @@ def stamped_source() -> str:
     return src.replace("def dspark_draft_attn_tilelang(", "def timeline_dspark_draft_attn(", 1)
 
 
-def jit_stamped(gather: str = "async"):
-    assert gather == "async", "--gather is the KV-resident kernel's"
+def jit_stamped(gather: str = ablate.GATHERS[0]):
+    assert gather == ablate.GATHERS[0], "--gather is the KV-resident kernel's"
     return ablate.jit_source(stamped_source(), "timeline_dspark_draft_attn")
 
 
@@ -121,11 +121,11 @@ assert PASS_BASE + MAX_PASSES * len(PASS_POINTS) <= RES_SLOTS
 
 
 def _resident_edits() -> list[tuple[str, str]]:
-    i8, i16, i20, i24 = (" " * n for n in (8, 16, 20, 24))
+    i8, i12, i16, i20, i24 = (" " * n for n in (8, 12, 16, 20, 24))
     at = lambda k: f"{PASS_BASE} + p * {len(PASS_POINTS)} + {k}"  # noqa: E731
     point = PASS_POINTS.index
     return [
-        (f"{i8}# The first pass's Q in flight", f"{i8}T.import_source({_GLOBALTIMER!r})\n"
+        (f"{i8}# The first pass's Q in flight", f"{i8}if gather != \"bulk\":\n{i12}T.import_source({_GLOBALTIMER!r})\n"
          + _stamp(i8, str(GT_ENTRY), "dspark_globaltimer") + _stamp(i8, str(RES_POINTS["entry"]))),
         (f"{i8}for p in T.serial(n_pass):\n", _stamp(i8, str(RES_POINTS["gathered"]))),
         (f"{i16}q0 = grp * qpc\n", _stamp(i16, at(point("pass_top")))),
@@ -141,7 +141,7 @@ def _resident_edits() -> list[tuple[str, str]]:
 GATHERS = ablate.GATHERS
 
 
-def resident_stamped_source(gather: str = "async") -> str:
+def resident_stamped_source(gather: str = GATHERS[0]) -> str:
     """The KV-resident kernel function with a `stamps` argument, the stamps inserted and
     `gather` as its gather's default."""
     src = ablate.function_source("dspark_draft_attn_resident.py", "dspark_draft_attn_resident_tilelang")
@@ -152,6 +152,9 @@ def resident_stamped_source(gather: str = "async") -> str:
     out_type = "    out: T.Tensor[[num_reqs, num_queries, num_heads, HEAD_DIM], T.bfloat16]"
     for old, new in (
         ablate.gather_edit(gather),
+        # one import_source a kernel (TileLang refuses a second): the bulk gather's carries it
+        (" " * 12 + "T.import_source(_BULK_SOURCE)\n",
+         " " * 12 + f"T.import_source(_BULK_SOURCE + {_GLOBALTIMER!r})\n"),
         ("    out,\n    num_heads: int,", "    out,\n    stamps,\n    num_heads: int,"),
         (out_type, f"    stamps: T.Tensor[[num_reqs, head_groups * cta_groups, {RES_SLOTS}], T.int64]  "
          f"# type: ignore\n{out_type}"),
@@ -166,7 +169,7 @@ def resident_stamped_source(gather: str = "async") -> str:
     return src.replace("def dspark_draft_attn_resident_tilelang(", "def timeline_dspark_draft_attn_resident(", 1)
 
 
-def jit_resident_stamped(gather: str = "async"):
+def jit_resident_stamped(gather: str = GATHERS[0]):
     from vllm.models.deepseek_v4.nvidia.ops import dspark_draft_attn_resident as dr
 
     return ablate.jit_source(resident_stamped_source(gather), "timeline_dspark_draft_attn_resident",
@@ -290,10 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", required=True)
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--kernel", choices=tuple(KERNELS), default="plain")
-    ap.add_argument("--gather", choices=GATHERS, default="async",
+    ap.add_argument("--gather", choices=GATHERS, default=GATHERS[0],
                     help="with --kernel resident: the resident kernel's gather")
     a = ap.parse_args(argv)
-    if a.gather != "async" and a.kernel != "resident":
+    if a.gather != GATHERS[0] and a.kernel != "resident":
         ap.error("--gather is the KV-resident kernel's (--kernel resident)")
     import torch
 

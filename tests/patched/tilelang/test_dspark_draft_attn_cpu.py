@@ -350,7 +350,7 @@ def test_timeline_stamps_edit_the_resident_kernel():
     for gather in timeline.GATHERS:
         other = timeline.resident_stamped_source(gather)
         assert other.count(f'gather: str = "{gather}"') == 1
-        assert other.replace(f'gather: str = "{gather}"', 'gather: str = "async"') == src
+        assert other.replace(f'gather: str = "{gather}"', f'gather: str = "{timeline.GATHERS[0]}"') == src
     for slot in timeline.RES_POINTS.values():
         assert src.count(f"stamps[rid, bx, {slot}]") == 1, timeline.resident_names()[slot]
     per_pass = len(timeline.PASS_POINTS)

@@ -49,6 +49,70 @@ _TWO_POW_M127 = 2.0**-127
 # tile, then the rest (the second and the tail). Two full tiles at once
 # spilled on sm_90a (232-868 B with ptxas, tilelang 0.1.12); one does not.
 GATHER_GROUP = 1
+# gather="bulk": one bulk copy (the copy engine, no per-thread address math) a
+# slot's 576-byte record, staged in q_s and kv_s[0] (the records that do not
+# fit in q_s), then each 16 bytes of a resident row dequantised from its
+# record. TileLang has no variable-size bulk copy or e4m3x2 conversion to call.
+_BULK_SOURCE = r"""
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+// Where slot j's record is staged: q_s holds the first in_q, kv_s[0] the rest.
+__device__ __forceinline__ unsigned char *dspark_staged(void *q_s, void *kv_s0,
+                                                        int j, int in_q) {
+  return j < in_q ? static_cast<unsigned char *>(q_s) + j * 576
+                  : static_cast<unsigned char *>(kv_s0) + (j - in_q) * 576;
+}
+
+template <typename Bar>
+__device__ __forceinline__ void dspark_bulk_record(void *q_s, void *kv_s0,
+                                                   int in_q, int j,
+                                                   const void *record,
+                                                   Bar &bar) {
+  unsigned dst = static_cast<unsigned>(
+      __cvta_generic_to_shared(dspark_staged(q_s, kv_s0, j, in_q)));
+  unsigned mbar = static_cast<unsigned>(__cvta_generic_to_shared(&bar));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+      "[%0], [%1], 576, [%2];\n" ::"r"(dst), "l"(record), "r"(mbar)
+      : "memory");
+}
+
+// 16 bytes of slot j's resident row: chunk c < 56 holds NoPE values 8c ...
+// 8c + 7 (e4m3 times the UE8M0 scale of their 64-value block, as bf16), the
+// rest RoPE values 8 (c - 56) ... (bf16, copied); zeros for a dead slot.
+__device__ __forceinline__ void dspark_dequant16(void *dst, void *q_s,
+                                                 void *kv_s0, int in_q, int j,
+                                                 int c, long long scale_word,
+                                                 bool live) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (live) {
+    const unsigned char *rec = dspark_staged(q_s, kv_s0, j, in_q);
+    if (c < 56) {
+      unsigned e = static_cast<unsigned>(scale_word >> (8 * (c >> 3))) & 255u;
+      // 2^(e - 127); byte 0 is the fp32 subnormal 2^-127
+      float scale = e ? __uint_as_float(e << 23) : __uint_as_float(1u << 22);
+      uint2 raw = *reinterpret_cast<const uint2 *>(rec + 8 * c);
+      unsigned pairs[4] = {raw.x & 0xffffu, raw.x >> 16, raw.y & 0xffffu,
+                           raw.y >> 16};
+      unsigned out[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        __half2 h(__nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>(pairs[k]), __NV_E4M3));
+        float2 f = __half22float2(h);
+        __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+        out[k] = *reinterpret_cast<unsigned *>(&b);
+      }
+      v = make_uint4(out[0], out[1], out[2], out[3]);
+    } else {
+      v = *reinterpret_cast<const uint4 *>(rec + 448 + 16 * (c - 56));
+    }
+  }
+  *reinterpret_cast<uint4 *>(dst) = v;
+}
+"""
 
 
 @tilelang_jit
@@ -74,7 +138,7 @@ def dspark_draft_attn_resident_tilelang(
     resident_tiles: int = 2,
     tail_kv: int = 16,
     threads: int = 256,
-    gather: str = "async",
+    gather: str = "bulk",
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V,
     K = V = the request's dequantised fp8_ds_mla rows (the streaming kernel's
@@ -86,7 +150,7 @@ def dspark_draft_attn_resident_tilelang(
     """
     num_reqs = T.dynamic("num_reqs")
     num_blocks = T.dynamic("num_blocks")
-    assert gather in ("async", "registers"), gather
+    assert gather in ("async", "registers", "bulk"), gather
     qpc, q_groups = query_groups(num_queries, queries_per_cta)
     n_pass = min(passes or q_groups, q_groups)
     cta_groups = -(-q_groups // n_pass)
@@ -129,8 +193,12 @@ def dspark_draft_attn_resident_tilelang(
             [cap, SCALE_BYTES_PER_TOKEN], T.bfloat16, scope="shared"
         )
         len_s = T.alloc_shared([m_pad], T.int32)
-        # the chunk's scale words (_gather_async)
+        # the chunk's scale words (_gather_async, _gather_bulk)
         word_s = T.alloc_shared([cap], T.int64, scope="shared")
+        if gather == "bulk":
+            T.import_source(_BULK_SOURCE)
+            # every slot's thread arrives, with its bulk copy's bytes
+            window_bar = T.alloc_barrier(cap)
 
         acc_s = T.alloc_fragment([m_pad, block_kv], T.float32)
         acc_t = T.alloc_fragment([m_pad, tail_kv], T.float32)
@@ -152,10 +220,22 @@ def dspark_draft_attn_resident_tilelang(
         num_chunks = T.ceildiv(live_len, cap)
 
         # The first pass's Q in flight while the first chunk is gathered
-        # (before the accumulator is live: the gathers' registers are free).
-        _issue_q(q, q_s, rid, first_group * qpc, gid, heads_per_cta, qpc, num_queries)
+        # (before the accumulator is live: the gathers' registers are free);
+        # the bulk gather stages the raw window in q_s and loads Q after it.
+        if gather != "bulk":
+            _issue_q(
+                q, q_s, rid, first_group * qpc, gid, heads_per_cta, qpc, num_queries
+            )
         _chunk_slots(indices, slot_s, rid, src_row, 0, live_len, width)
-        if gather == "async":
+        if gather == "bulk":
+            _gather_bulk(
+                kv_i64, q_s, kv_s, kv_tail, word_s, slot_s, window_bar, block_size,
+                page_bytes, scale_off,
+            )  # fmt: skip
+            _issue_q(
+                q, q_s, rid, first_group * qpc, gid, heads_per_cta, qpc, num_queries
+            )
+        elif gather == "async":
             _gather_async(
                 kv_bf16, kv_i64, kv_s, kv_tail, word_s, slot_s, scale_s,
                 block_size, tok_words, scale_off,
@@ -386,6 +466,85 @@ def _gather_async(
                 tail_pairs[j, k], b, slot_s, scale_s, full + j, k
             )
     _zero_dead_rope(kv_s, kv_tail, slot_s)
+
+
+def _gather_bulk(
+    kv_i64, q_s, kv_s, kv_tail, word_s, slot_s, bar, block_size, page_bytes,
+    scale_off,
+):  # fmt: skip
+    """The chunk's slots into the resident tiles (gather="bulk"): each live
+    slot's 576-byte record by one bulk copy (the copy engine does the address
+    work the cp.async gather spends ~90 KB of code on), staged in q_s (the
+    first in_q records) and kv_s[0] (the rest), the scale words by cp.async,
+    one wait; then each resident row's 16-byte chunks dequantised from the
+    records: tile 1 and the tail first, kv_s[0] (whose staged records are
+    read by then) last. Q is loaded after this (q_s holds records until
+    then)."""
+    n_tiles, rows = int(kv_s.shape[0]), int(kv_s.shape[1])
+    full = n_tiles * rows
+    in_q = int(q_s.shape[0]) * int(q_s.shape[1]) * 2 // TOKEN_DATA_BYTES
+    # kv_s[0]'s own rows are all staged in q_s, the rest fit in kv_s[0]
+    assert n_tiles == 2 and in_q >= rows, (n_tiles, in_q)
+    cap = full + int(kv_tail.shape[1])
+    assert (cap - in_q) * TOKEN_DATA_BYTES <= rows * HEAD_DIM * 2
+    assert page_bytes % 16 == 0, "bulk copies want 16-byte aligned records"
+    _issue_bulk(kv_i64, q_s, kv_s, word_s, slot_s, bar, block_size, scale_off, in_q)
+    _dequant_staged(kv_s, 1, rows, q_s, kv_s, word_s, slot_s, in_q)
+    _dequant_staged(kv_tail, 0, full, q_s, kv_s, word_s, slot_s, in_q)
+    T.sync_threads()
+    _dequant_staged(kv_s, 0, 0, q_s, kv_s, word_s, slot_s, in_q)
+    T.sync_threads()
+
+
+@T.macro
+def _issue_bulk(kv_i64, q_s, kv_s, word_s, slot_s, bar, block_size, scale_off, in_q):
+    """Every live slot's record by a bulk copy (its thread arrives with the
+    bytes; a dead slot's thread arrives with none) and the scale words by
+    cp.async; then one wait for both."""
+    cap = slot_s.shape[0]
+    T.sync_threads()
+    tx = T.get_thread_binding()
+    if tx < cap:
+        slot = slot_s[tx]
+        if slot >= 0:
+            T.mbarrier_arrive_expect_tx(bar[0], TOKEN_DATA_BYTES)
+            T.call_extern(
+                "handle", "dspark_bulk_record", T.address_of(q_s[0, 0]),
+                T.address_of(kv_s[0, 0, 0]), in_q, tx,
+                T.address_of(kv_i64[
+                    _page(kv_i64, slot, block_size),
+                    (slot % block_size) * (TOKEN_DATA_BYTES // 8),
+                ]),
+                bar[0],
+            )  # fmt: skip
+        else:
+            T.mbarrier_arrive(bar[0])
+    for j in T.Parallel(cap, prefer_async=True, annotations=_NO_WAIT):
+        slot = T.max(slot_s[j], 0)
+        word_s[j] = _scale_word(kv_i64, slot, block_size, scale_off)
+    T.ptx_commit_group()
+    T.ptx_wait_group(0)
+    T.mbarrier_wait_parity(bar[0], 0)
+    T.sync_threads()
+
+
+@T.macro
+def _dequant_staged(dst, t, j0, q_s, kv_s, word_s, slot_s, in_q):
+    """dst[t] (chunk slots j0 ...) from the staged records, a thread a
+    16-byte chunk at a time (64 a row)."""
+    n = dst.shape[1]
+    threads = 256
+    tx = T.get_thread_binding()
+    for i in T.unroll(-(-n * 64 // threads)):
+        job = i * threads + tx
+        if job < n * 64:
+            r = job // 64
+            c = job % 64
+            T.call_extern(
+                "handle", "dspark_dequant16", T.address_of(dst[t, r, c * 8]),
+                T.address_of(q_s[0, 0]), T.address_of(kv_s[0, 0, 0]), in_q,
+                j0 + r, c, word_s[j0 + r], slot_s[j0 + r] >= 0,
+            )  # fmt: skip
 
 
 @T.macro

@@ -61,12 +61,75 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# "bulk_gather" (a correct kernel, num_stages == 1 tiles only): each live slot's 576-byte record
+# by one cp.async.bulk into a record buffer (the resident kernel's gather="bulk", run 67), the
+# scale words by cp.async, then the tile's 16-byte chunks dequantised from the records, in place
+# of the per-element gathers into fp8_s / rope_s and the per-element dequantisation
+_BULK_ALLOCS = """\
+        T.import_source(_BULK_SOURCE)
+        rec_s = T.alloc_shared([block_kv * TOKEN_DATA_BYTES], T.uint8)
+        tile_bar = T.alloc_barrier(block_kv)
+"""
+_BULK_TILE = """\
+            T.sync_threads()
+            if T.get_thread_binding() < block_kv:
+                jb = T.get_thread_binding()
+                slot_b = idx_s[t * block_kv + jb]
+                if (t * block_kv + jb < live_len) & (slot_b >= 0):
+                    T.mbarrier_arrive_expect_tx(tile_bar[0], TOKEN_DATA_BYTES)
+                    T.call_extern(
+                        "handle", "dspark_bulk_record", T.address_of(rec_s[0]), T.address_of(rec_s[0]),
+                        block_kv, jb,
+                        T.address_of(kv_i64[
+                            T.min(slot_b // block_size, num_blocks - 1),
+                            (slot_b % block_size) * (TOKEN_DATA_BYTES // 8),
+                        ]),
+                        tile_bar[0],
+                    )
+                else:
+                    T.mbarrier_arrive(tile_bar[0])
+            for j in T.Parallel(block_kv, prefer_async=True,
+                                annotations={"parallel_async_without_async_commit_wait": True}):
+                live_slot = _gather_slot(idx_s, t * block_kv + j, live_len)
+                scale_s[j] = kv_i64[
+                    live_slot // block_size, scale_off // 8 + live_slot % block_size
+                ]
+            T.ptx_commit_group()
+            for j in T.Parallel(block_kv):
+                pos = t * block_kv + j
+                live_s[j] = (pos < live_len) & (idx_s[pos] >= 0)
+            T.ptx_wait_group(0)
+            T.mbarrier_wait_parity(tile_bar[0], tt % 2)
+            T.sync_threads()
+            for i in T.unroll(-(-block_kv * 64 // threads)):
+                job = i * threads + T.get_thread_binding()
+                if job < block_kv * 64:
+                    T.call_extern(
+                        "handle", "dspark_dequant16", T.address_of(k_s[job // 64, job % 64 * 8]),
+                        T.address_of(rec_s[0]), T.address_of(rec_s[0]), block_kv, job // 64, job % 64,
+                        scale_s[job // 64], live_s[job // 64],
+                    )
+"""
+_BULK_IMPORT = "from vllm.models.deepseek_v4.nvidia.ops.dspark_draft_attn_resident import _BULK_SOURCE\n"
+
+
+def _bulk_gather_edits() -> list[tuple[str, str]]:
+    """The plain kernel's tile gather and dequantisation (from the first gather loop to the
+    RoPE columns' copy) replaced by _BULK_TILE, its buffers joined by _BULK_ALLOCS."""
+    src = plain_kernel_source()
+    start = src.index("            for j, d in T.Parallel(block_kv, NOPE_DIM):\n                live_slot")
+    end_mark = "                    live_s[j], rope_s[j, d], T.cast(0, T.bfloat16)\n                )\n"
+    end = src.index(end_mark, start) + len(end_mark)
+    alloc = "        scale_f = T.alloc_shared([block_kv, SCALE_BYTES_PER_TOKEN], T.float32)\n"
+    return [(alloc, alloc + _BULK_ALLOCS), (src[start:end], _BULK_TILE)]
+
+
 def _kernel_text() -> str:
     return Path(g.dc.__file__).with_name("dspark_draft_attn_tilelang.py").read_text()
 
 
 def _edit(name: str, src: str) -> str:
-    for old, new in VARIANTS[name]:
+    for old, new in (_bulk_gather_edits() if name == "bulk_gather" else VARIANTS[name]):
         if old not in src:
             raise ValueError(f"variant {name}: {old!r} not in the kernel")
         src = src.replace(old, new)
@@ -74,7 +137,8 @@ def _edit(name: str, src: str) -> str:
 
 
 def variant_source(name: str) -> str:
-    return _edit(name, plain_kernel_source()).replace("def dspark_draft_attn_tilelang(", f"def ablate_{name}(", 1)
+    src = _edit(name, plain_kernel_source()).replace("def dspark_draft_attn_tilelang(", f"def ablate_{name}(", 1)
+    return _BULK_IMPORT + src if name == "bulk_gather" else src
 
 
 def plain_kernel_source() -> str:
@@ -249,13 +313,61 @@ def resident_main(a, rep: dict[str, Any], save) -> int:
     return 0
 
 
+# the correct plain-kernel variants (their output is checked against the reference)
+CORRECT_VARIANTS = ("whole", "bulk_gather")
+
+
+def plain_ab_main(a, rep: dict[str, Any], save) -> int:
+    """--kernel plain --variants V,...: the variants at --sizes (R x H, N = 5), each on the tile
+    the library launches there (launch_tile), graph hot and cold (twice, A / A), the correct
+    variants' output against the reference (`ok`)."""
+    variants = a.variants.split(",")
+    if unknown := set(variants) - set(VARIANTS) - {"bulk_gather"}:
+        raise SystemExit(f"ablate: --variants {sorted(unknown)}: not among {', '.join(VARIANTS)}, bulk_gather")
+    sizes = [tuple(int(x) for x in item.split("x")) for item in a.sizes.split(",")]
+    sms = g.torch.cuda.get_device_properties(0).multi_processor_count
+    cap = g.torch.cuda.get_device_capability(0)
+
+    def tile(r: int, h: int):
+        return g.dc.launch_tile(g.dc.select_tile_config(h, 5, cap), r, h, g.live_slots(5), sms, cap, 5)
+
+    jobs = sorted({(v, h, tile(r, h)) for v in variants for r, h in sizes}, key=repr)
+    rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
+    save()
+    for r, h in sizes:
+        b = _batch(r, h)
+        ref = g.reference(b)
+        cfg = tile(r, h)
+        for name in variants:
+            row: dict[str, Any] = dict(R=r, H=h, variant=name, **cfg.__dict__)
+            try:
+                kern = jit_variant(name)
+                out = g.torch.empty_like(b.q)
+                args = args_for(b, out, cfg)
+                fn = lambda args=args, kern=kern: kern(*args)  # noqa: E731
+                fn()
+                g.sync()
+                if name in CORRECT_VARIANTS:
+                    row["ok"] = g.compare(out, ref, b.lens)["ok"]
+                row["graph_hot_us"] = g.graph_us([fn])
+                row["graph_cold_us"] = g.cold_graph_us([fn])
+                row["graph_cold_us_again"] = g.cold_graph_us([fn])  # A-vs-A
+            except Exception as e:  # noqa: BLE001 - reported
+                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            rep["rows"].append(row)
+            print(json.dumps(row), flush=True)
+            save()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", required=True)
     ap.add_argument("--procs", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--kernel", choices=("plain", "resident"), default="plain")
-    ap.add_argument("--variants", default="", help="with --kernel resident: a comma list of RESIDENT_VARIANTS "
-                    "(default: all)")
+    ap.add_argument("--variants", default="", help="a comma list of variants (default: all); with --kernel "
+                    "plain, timed at --sizes on the tiles the library launches there, cold L2 too")
+    ap.add_argument("--sizes", default="1x64,1x16,8x16,64x16", help="with --kernel plain --variants: RxH,...")
     a = ap.parse_args(argv)
     import torch
 
@@ -266,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.kernel == "resident":
         return resident_main(a, rep, save)
+    if a.variants:
+        return plain_ab_main(a, rep, save)
 
     jobs = [(v, h, c) for v in VARIANTS for r, h in SIZES for c in CONFIGS if wanted(r, c)]
     rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)

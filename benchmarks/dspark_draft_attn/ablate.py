@@ -185,7 +185,7 @@ def args_for(b: g.Batch, out, cfg) -> tuple:
 
 
 # The KV-resident kernel's `gather` values, the default first
-GATHERS = ("bulk", "async", "registers")
+GATHERS = ("async", "bulk", "registers")
 
 
 def gather_edit(gather: str) -> tuple[str, str]:
@@ -196,8 +196,9 @@ def gather_edit(gather: str) -> tuple[str, str]:
 # The KV-resident kernel: variant -> (edits of the kernel function, edits of _attend_tile)
 RESIDENT_VARIANTS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {
     "whole": ([], []),
-    # correct: the cp.async gather of runs 59-66, the window staged in the tiles' NoPE columns
-    "async_gather": ([gather_edit("async")], []),
+    # correct (built 2026-12-07, not yet run on a GPU): each slot's record by one cp.async.bulk,
+    # staged in Q's buffer and the first tile, dequantised shared to shared, Q loaded after it
+    "bulk_gather": ([gather_edit("bulk")], []),
     # correct: the gather of runs 36-58, every load of the window into registers
     "sync_gather": ([gather_edit("registers")], []),
     # correct: the output from the accumulator's registers (4-byte stores), Q's buffer unused:

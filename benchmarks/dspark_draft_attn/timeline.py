@@ -15,8 +15,8 @@ spread of CTA entries (waves, launch skew) beside the kernel's span.
 gathered, then per pass (a 64-row query group) its top, Q ready (the first chunk's wait), each
 tile's top (two 64-token tiles and the 16-token tail), the tiles done, the sink folded in, the
 output stores issued; cases at R = 8 (one CTA a request's head group, an idle GPU), 132 (one
-wave) and 256 (two), at 64 and 16 heads; --gather picks the resident kernel's gather (bulk,
-the default, async or registers).
+wave) and 256 (two), at 64 and 16 heads; --gather picks the resident kernel's gather (async,
+the default, bulk or registers).
 
 The stamps cost a few instructions each and keep the compiler from moving work across them,
 so the total is a little above the unstamped kernel's: read the phases, not the total.

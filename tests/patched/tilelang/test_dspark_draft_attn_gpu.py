@@ -75,9 +75,10 @@ def test_kv_resident_kernel(num_reqs, num_heads, num_queries, passes):
 
 @pytest.mark.parametrize("num_reqs,num_heads,num_queries", [(5, 16, 5), (3, 64, 7), (4, 8, 7)])
 def test_kv_resident_gathers_give_the_same_bits(num_reqs, num_heads, num_queries):
-    # gather="bulk" (the default: a bulk copy a slot's record, dequantised from shared memory)
-    # and the cp.async gather fill the resident tiles with the same values, so the outputs are
-    # bitwise equal; the batch has short contexts (dead slots), padding rows and clamped lengths
+    # gather="bulk" (a bulk copy a slot's record, dequantised from shared memory; not yet the
+    # default) and the default cp.async gather fill the resident tiles with the same values, so
+    # the outputs are bitwise equal; the batch has short contexts (dead slots), padding rows and
+    # clamped lengths
     from benchmarks.dspark_draft_attn import ablate
 
     cap = torch.cuda.get_device_capability(0)
@@ -85,9 +86,9 @@ def test_kv_resident_gathers_give_the_same_bits(num_reqs, num_heads, num_queries
         pytest.skip("the KV-resident kernel is SM90's")
     b = g.make_batch(num_reqs, num_heads, num_queries, seed=91 + num_heads)
     tile = g.dc.resident_tile(g.dc.select_tile_config(num_heads, num_queries, cap), num_heads, num_queries)
-    bulk = g.run_kernel(b, torch.empty_like(b.q), tile=tile)
-    cp_async = torch.empty_like(b.q)
-    ablate.jit_resident_variant("async_gather")(*ablate.args_for(b, cp_async, tile))
+    cp_async = g.run_kernel(b, torch.empty_like(b.q), tile=tile)
+    bulk = torch.empty_like(b.q)
+    ablate.jit_resident_variant("bulk_gather")(*ablate.args_for(b, bulk, tile))
     torch.cuda.synchronize()
     assert g.compare(bulk, g.reference(b), b.lens)["ok"]
     assert torch.equal(bulk, cp_async)

@@ -9,13 +9,14 @@ dequantised 5 times, each time as a chain of tile gathers one CTA per SM
 waits on. Here one CTA takes a request's head group and loops over its
 query groups ("passes", each one 64-row wgmma tile of (query, head) rows):
 
-1. gather the request's live slots once: each slot's 576-byte fp8_ds_mla
-   record by one bulk copy (cp.async.bulk, the copy engine), staged in the Q
-   buffer and the first resident tile, then dequantised shared to shared;
-   then the first pass's Q (gather="bulk"). "async": every byte of the
-   window by 16-byte cp.async with Q in flight beside it (runs 59-66);
-   "registers": the gather of runs 36-58. Both kept for A/B (the benchmark
-   README's runs 58-61 and 67);
+1. gather the request's live slots once, every byte of the window in flight
+   together by cp.async (the raw bytes staged in the tiles' own NoPE columns),
+   then dequantised in shared memory, while the first pass's Q arrives the
+   same way (gather="async"; "registers": the gather of runs 36-58, whose
+   loads nvcc serialised, kept for A/B; the benchmark README's runs 58-61).
+   gather="bulk" (NOT YET RUN ON A GPU, off): each slot's 576-byte record by
+   one bulk copy (cp.async.bulk, the copy engine), staged in the Q buffer and
+   the first resident tile, dequantised shared to shared, then Q;
 2. per pass: S = Q K^T, online softmax and O += P V over the resident
    tiles, the sink folded in, O written through the (then free) Q buffer.
 
@@ -140,7 +141,7 @@ def dspark_draft_attn_resident_tilelang(
     resident_tiles: int = 2,
     tail_kv: int = 16,
     threads: int = 256,
-    gather: str = "bulk",
+    gather: str = "async",
 ):
     """out[r, n, h] = softmax([scale * q[r, n, h] . K_s for live s] ++ sink[h]) V,
     K = V = the request's dequantised fp8_ds_mla rows (the streaming kernel's

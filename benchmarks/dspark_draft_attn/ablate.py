@@ -284,8 +284,6 @@ def resident_main(a, rep: dict[str, Any], save) -> int:
     """--kernel resident: RESIDENT_VARIANTS at RESIDENT_SIZES, graph hot and cold, each
     variant's error against the reference beside it (registers_out must be right)."""
     variants = a.variants.split(",") if a.variants else list(RESIDENT_VARIANTS)
-    if unknown := set(variants) - set(RESIDENT_VARIANTS):
-        raise SystemExit(f"ablate: --variants {sorted(unknown)}: not among {', '.join(RESIDENT_VARIANTS)}")
     jobs = sorted({(v, h, resident_tile(h)) for v in variants for _, h in RESIDENT_SIZES}, key=repr)
     rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
     save()
@@ -323,8 +321,6 @@ def plain_ab_main(a, rep: dict[str, Any], save) -> int:
     the library launches there (launch_tile), graph hot and cold (twice, A / A), the correct
     variants' output against the reference (`ok`)."""
     variants = a.variants.split(",")
-    if unknown := set(variants) - set(VARIANTS) - {"bulk_gather"}:
-        raise SystemExit(f"ablate: --variants {sorted(unknown)}: not among {', '.join(VARIANTS)}, bulk_gather")
     sizes = [tuple(int(x) for x in item.split("x")) for item in a.sizes.split(",")]
     sms = g.torch.cuda.get_device_properties(0).multi_processor_count
     cap = g.torch.cuda.get_device_capability(0)
@@ -370,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
                     "plain, timed at --sizes on the tiles the library launches there, cold L2 too")
     ap.add_argument("--sizes", default="1x64,1x16,8x16,64x16", help="with --kernel plain --variants: RxH,...")
     a = ap.parse_args(argv)
+    known = list(RESIDENT_VARIANTS) if a.kernel == "resident" else [*VARIANTS, "bulk_gather"]
+    if a.variants and (unknown := sorted(set(a.variants.split(",")) - set(known))):
+        ap.error(f"--variants: {', '.join(unknown)} not among the {a.kernel} kernel's {', '.join(known)}")
     import torch
 
     rep: dict[str, Any] = dict(env=g.env_info(), kernel=a.kernel, rows=[])

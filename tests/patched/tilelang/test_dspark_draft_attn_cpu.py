@@ -17,6 +17,7 @@ import dataclasses
 import importlib
 import json
 import math
+import os
 import sys
 import types
 from pathlib import Path
@@ -363,6 +364,10 @@ def test_timeline_stamps_edit_the_resident_kernel():
         assert src.count(text) == 1, name
     assert src.count('"clock64"') == len(timeline.RES_POINTS) + per_pass - 1
     assert src.count('"dspark_globaltimer"') == 2
+    # one import_source whichever gather traces (TileLang refuses a second): the bulk gather's
+    # carries the clock helper, the other gathers import it alone
+    assert src.count("T.import_source(_BULK_SOURCE + ") == 1
+    assert src.count('if gather != "bulk":\n            T.import_source(') == 1
     # "stored" after the pass's output stores, inside the pass loop (indented as its body)
     assert src.index("] = q_s[m, d]") < src.index(at["stored"])
     assert f"                if T.get_thread_binding() == 0:\n                    {at['stored']}" in src
@@ -781,6 +786,29 @@ def test_every_resident_ablation_edits_the_current_kernel():
     assert "] = q_s[m, d]" in whole and "] = q_s[m, d]" not in ablate.resident_variant_source("registers_out")
     assert "T.gemm(" not in ablate.resident_variant_source("no_gemms")
     assert whole.count("_issue_q(") == ablate.resident_variant_source("no_pass_q").count("_issue_q(") + 1
+
+
+def test_bulk_gather_variant_replaces_the_streaming_tile_gather(capsys):
+    """ablate's bulk_gather (the resident kernel's bulk gather in the streaming kernel's tile
+    loop): the per-element gathers and dequantisation are gone, one bulk copy a slot and one
+    16-byte dequantisation a chunk take their place, the device source is imported once; an
+    unknown --variants name is refused before anything runs, naming it."""
+    from benchmarks.dspark_draft_attn import ablate
+
+    whole, bulk = ablate.variant_source("whole"), ablate.variant_source("bulk_gather")
+    for gone in ("fp8_s[j, d] = kv_fp8[", "rope_s[j, d] = kv_bf16[", "scale_f[j, c] = T.exp2("):
+        assert gone in whole and gone not in bulk, gone
+    assert bulk.count('"dspark_bulk_record"') == bulk.count('"dspark_dequant16"') == 1
+    assert bulk.count("T.import_source(_BULK_SOURCE)") == 1 and bulk.startswith(ablate._BULK_IMPORT)
+    # the tile's GEMMs and softmax are the whole kernel's
+    assert bulk[bulk.index("for m, j in T.Parallel(m_pad, block_kv):"):] == whole[
+        whole.index("for m, j in T.Parallel(m_pad, block_kv):"):].replace("ablate_whole", "ablate_bulk_gather")
+    compile(bulk, "bulk_gather", "exec")
+    with pytest.raises(SystemExit) as exc:
+        ablate.main(["--json", os.devnull, "--variants", "whole,no_such"])
+    assert exc.value.code == 2 and "no_such not among the plain kernel's" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ablate.main(["--json", os.devnull, "--kernel", "resident", "--variants", "no_gemm1"])
 
 
 def test_codegen_overrides_name_their_field():

@@ -56,6 +56,8 @@ GATHER_GROUP = 1
 # slot's 576-byte record, staged in q_s and kv_s[0] (the records that do not
 # fit in q_s), then each 16 bytes of a resident row dequantised from its
 # record. TileLang has no variable-size bulk copy or e4m3x2 conversion to call.
+# The source spells the fp8_ds_mla record's sizes out:
+assert (TOKEN_DATA_BYTES, NOPE_DIM, QUANT_BLOCK) == (576, 448, 64)
 _BULK_SOURCE = r"""
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -536,7 +538,7 @@ def _dequant_staged(dst, t, j0, q_s, kv_s, word_s, slot_s, in_q):
     """dst[t] (chunk slots j0 ...) from the staged records, a thread a
     16-byte chunk at a time (64 a row)."""
     n = dst.shape[1]
-    threads = 256
+    threads = 256  # the KV-resident kernel's (its tile rule)
     tx = T.get_thread_binding()
     for i in T.unroll(-(-n * 64 // threads)):
         job = i * threads + tx

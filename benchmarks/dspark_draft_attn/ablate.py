@@ -284,31 +284,9 @@ def resident_main(a, rep: dict[str, Any], save) -> int:
     """--kernel resident: RESIDENT_VARIANTS at RESIDENT_SIZES, graph hot and cold, each
     variant's error against the reference beside it (registers_out must be right)."""
     variants = a.variants.split(",") if a.variants else list(RESIDENT_VARIANTS)
-    jobs = sorted({(v, h, resident_tile(h)) for v in variants for _, h in RESIDENT_SIZES}, key=repr)
-    rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
-    save()
-    for r, h in RESIDENT_SIZES:
-        b = _batch(r, h)
-        ref = g.reference(b)
-        cfg = resident_tile(h)
-        for name in variants:
-            row: dict[str, Any] = dict(R=r, H=h, variant=name, **cfg.__dict__)
-            try:
-                kern = jit_resident_variant(name)
-                out = g.torch.empty_like(b.q)
-                args = args_for(b, out, cfg)
-                fn = lambda args=args, kern=kern: kern(*args)  # noqa: E731
-                fn()
-                g.sync()
-                row["ok"] = g.compare(out, ref, b.lens)["ok"]
-                row["graph_hot_us"] = g.graph_us([fn])
-                row["graph_cold_us"] = g.cold_graph_us([fn])
-                row["graph_cold_us_again"] = g.cold_graph_us([fn])  # A-vs-A
-            except Exception as e:  # noqa: BLE001 - reported
-                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-            rep["rows"].append(row)
-            print(json.dumps(row), flush=True)
-            save()
+    cases = [(r, h, resident_tile(h)) for r, h in RESIDENT_SIZES]
+    _precompile(rep, save, cases, variants, a.procs)
+    _time_variants(rep, save, cases, variants, jit_resident_variant, checked=lambda name: True)
     return 0
 
 
@@ -328,23 +306,36 @@ def plain_ab_main(a, rep: dict[str, Any], save) -> int:
     def tile(r: int, h: int):
         return g.dc.launch_tile(g.dc.select_tile_config(h, 5, cap), r, h, g.live_slots(5), sms, cap, 5)
 
-    jobs = sorted({(v, h, tile(r, h)) for v in variants for r, h in sizes}, key=repr)
-    rep["precompile"] = g.compile_in_processes(_compile, jobs, a.procs)
+    cases = [(r, h, tile(r, h)) for r, h in sizes]
+    _precompile(rep, save, cases, variants, a.procs)
+    _time_variants(rep, save, cases, variants, jit_variant, checked=lambda name: name in CORRECT_VARIANTS)
+    return 0
+
+
+def _precompile(rep: dict[str, Any], save, cases, variants: list[str], procs: int) -> None:
+    """Every (variant, heads, tile) of the cases compiled once, in processes."""
+    jobs = sorted({(v, h, cfg) for v in variants for _, h, cfg in cases}, key=repr)
+    rep["precompile"] = g.compile_in_processes(_compile, jobs, procs)
     save()
-    for r, h in sizes:
+
+
+def _time_variants(rep: dict[str, Any], save, cases, variants: list[str], jit, checked) -> None:
+    """Each variant (compiled by jit(name)) at each (R, H, tile) case: graph hot and cold
+    (twice, A / A), its output against the reference where checked(name); a row each, saved
+    as it goes."""
+    for r, h, cfg in cases:
         b = _batch(r, h)
         ref = g.reference(b)
-        cfg = tile(r, h)
         for name in variants:
             row: dict[str, Any] = dict(R=r, H=h, variant=name, **cfg.__dict__)
             try:
-                kern = jit_variant(name)
+                kern = jit(name)
                 out = g.torch.empty_like(b.q)
                 args = args_for(b, out, cfg)
                 fn = lambda args=args, kern=kern: kern(*args)  # noqa: E731
                 fn()
                 g.sync()
-                if name in CORRECT_VARIANTS:
+                if checked(name):
                     row["ok"] = g.compare(out, ref, b.lens)["ok"]
                 row["graph_hot_us"] = g.graph_us([fn])
                 row["graph_cold_us"] = g.cold_graph_us([fn])
@@ -354,7 +345,6 @@ def plain_ab_main(a, rep: dict[str, Any], save) -> int:
             rep["rows"].append(row)
             print(json.dumps(row), flush=True)
             save()
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,13 +2,19 @@
 """Run GPU stages from a pack made by benchmarks/gpu/prepare.py (on the GPU machine).
 
     python3 -m benchmarks.gpu.run --pack .gpu-pack --out $OUT [--stages a,b] [--budget-s 570]
+    python3 -m benchmarks.gpu.run --pack .gpu-pack --out $OUT \
+        --step ab:tilelang_ablate "ABLATE_ARGS=--kernel resident" \
+        --step tests:tilelang_draft_attn DRAFT_ATTN_WHAT=pytest DRAFT_ATTN_PYTEST_K=resident
 
 Sets up once (unpacks the patched tree, rebuilds the base tree, installs the wheels into a
 scratch site folder, finds the stand-ins), then runs each stage in its own process, capped at
 min(its time_cap_s, the budget left), so that a call limited to 10 minutes always returns.
-$OUT gets at most 2 + (number of stages) files, within the device's 8-file limit:
+A --step runs a stage under a name of its own with environment variables of its own, so
+that one call runs the same stage twice (an A/B and a test selection) on one setup.
+$OUT gets at most 2 + (number of stages or steps) files, within the device's 8-file limit:
   summary.json     machine, versions, stand-ins, each stage's status and time
-  <stage>.json     each stage's results (written as it goes, so a timeout keeps what was done)
+  <name>.json      each stage's (or step's) results (written as it goes, so a timeout keeps
+                   what was done)
   logs.tar.gz      every log: setup, each stage and each of its steps
 Also runs on a CPU machine (stages then skip or run small), to check a pack before a GPU call.
 """
@@ -19,19 +25,62 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.gpu.stage import Context, run_capped
+from benchmarks.gpu.stage import Context, Stage, run_capped
 from benchmarks.gpu.stages import select
 
 REPO = Path(__file__).resolve().parents[2]
 SITECUSTOMIZE = "import benchmarks.gpu.standins\n\nbenchmarks.gpu.standins.install()\n"
+# the device returns at most 8 files: summary.json and logs.tar.gz leave 6 for the steps
+MAX_STEPS = 6
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stage run: its name names $OUT/<name>.json and its work folder."""
+
+    name: str
+    stage: Stage
+    env: dict = field(default_factory=dict)
+
+
+def plan(stage_names: str | None, step_specs: list[list[str]], pack_stages: list[str]) -> list[Step]:
+    """The steps of a run: --step NAME:STAGE [VAR=value ...] each, else one per stage."""
+    if stage_names and step_specs:
+        raise SystemExit("give --stages or --step, not both")
+    if not step_specs:
+        steps = [Step(s.name, s) for s in select(stage_names or pack_stages)]
+    else:
+        steps = []
+        for spec in step_specs:
+            name, _, stage_name = spec[0].rpartition(":")
+            env = {}
+            for item in spec[1:]:
+                var, eq, value = item.partition("=")
+                if not eq or not var.isidentifier():
+                    raise SystemExit(f"--step {spec[0]}: {item!r} is not VAR=value")
+                env[var] = value
+            (stage,) = select([stage_name])
+            steps.append(Step(name or stage_name, stage, env))
+    names = [s.name for s in steps]
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", n)]
+    if bad:
+        raise SystemExit(f"step names must be letters, digits, '_', '.', '-': {', '.join(bad)}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SystemExit(f"two steps named {', '.join(twice)}: give each --step a NAME:")
+    if len(steps) > MAX_STEPS:
+        raise SystemExit(f"{len(steps)} steps: the device returns 8 files, so at most {MAX_STEPS} a run")
+    return steps
 
 
 def log(msg: str, t0: float = time.time()) -> None:
@@ -124,7 +173,8 @@ def run_stages(args) -> int:
     summary = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stages": {}}
     try:
         manifest_stages = json.loads((pack / "manifest.json").read_text())["stages"]
-        stages = select(args.stages or manifest_stages)
+        steps = plan(args.stages, args.step, manifest_stages)
+        stages = list({s.stage.name: s.stage for s in steps}.values())
         log("setup")
         env, info = setup(pack, work, stages, logs)
         summary["setup"] = info
@@ -143,32 +193,37 @@ def run_stages(args) -> int:
     except Exception as e:  # noqa: BLE001 - a failed setup still writes summary.json
         summary["setup_error"] = "".join(traceback.format_exception(e))[-3000:]
         log(f"setup failed: {e}")
-        stages = []
+        steps = []
     caps = dict(item.split("=") for item in args.cap)
-    for stage in stages:
-        cap = min(float(caps.get(stage.name, stage.time_cap_s)), deadline - time.time() - 15)
+    for step in steps:
+        stage = step.stage
+        want = caps.get(step.name, caps.get(stage.name, stage.time_cap_s))
+        cap = min(float(want), deadline - time.time() - 15)
         if cap < 10:
-            summary["stages"][stage.name] = {"status": "not run: budget spent"}
-            log(f"{stage.name}: not run, budget spent")
+            summary["stages"][step.name] = {"status": "not run: budget spent"}
+            log(f"{step.name}: not run, budget spent")
             continue
-        swork = work / "stages" / stage.name
+        swork = work / "stages" / step.name
         swork.mkdir(parents=True, exist_ok=True)
-        ctx = {"name": stage.name, "repo": str(REPO), "tree": info["tree"], "base": info["base"],
-               "work": str(swork), "json_path": str(out / f"{stage.name}.json"), "deadline": time.time() + cap}
+        json_path = out / f"{step.name}.json"
+        ctx = {"name": step.name, "stage": stage.name, "repo": str(REPO), "tree": info["tree"],
+               "base": info["base"], "work": str(swork), "json_path": str(json_path),
+               "deadline": time.time() + cap}
         (swork / "ctx.json").write_text(json.dumps(ctx))
-        log(f"{stage.name}: start (cap {cap:.0f}s)")
+        log(f"{step.name}: start (cap {cap:.0f}s)" + (f" {step.env}" if step.env else ""))
         s0 = time.time()
         with open(swork / "stage.log", "w") as f:
             rc = run_capped([sys.executable, "-m", "benchmarks.gpu.run", "stage-process", str(swork / "ctx.json")],
-                            cap, stdout=f, env={**os.environ, **env}, cwd=REPO)
-        json_path = out / f"{stage.name}.json"
+                            cap, stdout=f, env={**os.environ, **env, **step.env}, cwd=REPO)
         result = json.loads(json_path.read_text()) if json_path.exists() else {}
         status = "timeout" if rc == "timeout" else ("ok" if rc == 0 and result.get("ok", False) else "failed")
         harness = {"status": status, "rc": rc, "seconds": round(time.time() - s0, 1), "cap_s": round(cap)}
+        if step.name != stage.name or step.env:
+            harness.update(stage=stage.name, env=step.env)
         result["harness"] = harness
         json_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
-        summary["stages"][stage.name] = harness
-        log(f"{stage.name}: {status} rc={rc} {harness['seconds']}s")
+        summary["stages"][step.name] = harness
+        log(f"{step.name}: {status} rc={rc} {harness['seconds']}s")
         for line in (swork / "stage.log").read_text(errors="replace").splitlines()[-args.tail:]:
             print(f"    {line[:200]}")
     summary["seconds"] = round(time.time() - t0, 1)
@@ -188,7 +243,7 @@ def stage_process(ctx_path: Path) -> int:
     from benchmarks.gpu import standins
 
     raw = json.loads(ctx_path.read_text())
-    (stage,) = select([raw["name"]])
+    (stage,) = select([raw.get("stage", raw["name"])])
     ctx = Context(name=raw["name"], repo=Path(raw["repo"]), tree=Path(raw["tree"]),
                   base=Path(raw["base"]) if raw["base"] and "base" in stage.needs else None,
                   work=Path(raw["work"]), json_path=Path(raw["json_path"]), deadline=raw["deadline"])
@@ -213,8 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))
     ap.add_argument("--stages", default=None, help="comma-separated (default: the pack's stages)")
     ap.add_argument("--budget-s", type=float, default=570, help="wall-clock budget for the whole run")
-    ap.add_argument("--cap", action="append", default=[], metavar="STAGE=SECONDS",
-                    help="this run's cap for a stage instead of its time_cap_s (repeatable)")
+    ap.add_argument("--step", action="append", nargs="+", default=[], metavar="NAME:STAGE",
+                    help="NAME:STAGE [VAR=value ...]: run STAGE as NAME with these environment "
+                         "variables (repeatable, run in order; instead of --stages)")
+    ap.add_argument("--cap", action="append", default=[], metavar="NAME=SECONDS",
+                    help="this run's cap for a stage or step instead of its time_cap_s (repeatable)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-harness"))
     ap.add_argument("--tail", type=int, default=12, help="lines of each stage's log to print")
     return run_stages(ap.parse_args(argv))

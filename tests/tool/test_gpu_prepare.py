@@ -298,3 +298,71 @@ def test_standin_discovery_keeps_only_the_seeded_packages_an_import_needed(tmp_p
     assert found["import_failure"] is None
     assert found["packages"] == ["zz_seeded_needed", "zz_unseeded_missing"]
     assert found["import_rounds"] == 2  # the seeded package cost no round of its own
+
+
+def test_steps_run_one_stage_twice_under_their_own_names_and_environments():
+    steps = run.plan(None, [["ab:tilelang_ablate", "ABLATE_ARGS=--kernel resident --variants a,b"],
+                            ["tilelang_ablate", "X=1=2"], ["tests:tilelang_draft_attn"]], [])
+    assert [(s.name, s.stage.name, s.env) for s in steps] == [
+        ("ab", "tilelang_ablate", {"ABLATE_ARGS": "--kernel resident --variants a,b"}),
+        ("tilelang_ablate", "tilelang_ablate", {"X": "1=2"}),
+        ("tests", "tilelang_draft_attn", {}),
+    ]
+    # without --step: one step per stage, named after it; without --stages either: the pack's
+    assert [(s.name, s.env) for s in run.plan("dspark,sm120", [], [])] == [("dspark", {}), ("sm120", {})]
+    assert [s.name for s in run.plan(None, [], ["sm120"])] == ["sm120"]
+
+
+@pytest.mark.parametrize("stages, specs, message", [
+    ("dspark", [["dspark"]], "not both"),
+    (None, [["a:dspark"], ["a:sm120"]], "two steps named a"),
+    (None, [["dspark"], ["dspark", "X=1"]], "two steps named dspark"),
+    (None, [["x:nope"]], "unknown stage(s) nope"),
+    (None, [["a:dspark", "ABLATE_ARGS"]], "--step a:dspark: 'ABLATE_ARGS' is not VAR=value"),
+    (None, [["a:dspark", "1X=2"]], "'1X=2' is not VAR=value"),
+    (None, [["../x:dspark"]], "step names must be"),
+    (None, [[f"s{i}:dspark"] for i in range(run.MAX_STEPS + 1)], "at most 6 a run"),
+])
+def test_bad_steps_are_refused_before_setup(stages, specs, message):
+    with pytest.raises(SystemExit) as e:
+        run.plan(stages, specs, [])
+    assert message in str(e.value)
+
+
+def test_each_step_gets_its_environment_json_and_work_folder(tmp_path, monkeypatch):
+    """The runner with its machine-side parts replaced (no pack is unpacked and no stage process
+    started here; the CLI parsing, the caps and the result files are the real ones): two steps of
+    one stage write two result files, each stage process sees its own variables and names its
+    step in its context, and --cap applies by step name before stage name."""
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "manifest.json").write_text(json.dumps({"stages": ["tilelang_ablate"]}))
+    monkeypatch.setattr(run, "setup", lambda pack, work, stages, logs: (
+        {"FROM_SETUP": "1"}, {"tree": "t", "base": None, "metadata_standin": "m"}))
+    monkeypatch.setattr(run, "machine", lambda env: {"gpu": "none"})
+    monkeypatch.setattr(run.subprocess, "run", lambda *a, **k: type("P", (), {
+        "stdout": json.dumps({"compiled_vllm_modules": [], "packages": []}), "stderr": ""})())
+    seen = []
+
+    def fake_stage_process(argv, cap, stdout, env, cwd):
+        ctx = json.loads(Path(argv[-1]).read_text())
+        seen.append((ctx["name"], ctx["stage"], env.get("ABLATE_ARGS"), env["FROM_SETUP"], round(cap)))
+        Path(ctx["json_path"]).write_text(json.dumps({"ok": True, "args": env.get("ABLATE_ARGS")}))
+        return 0
+
+    monkeypatch.setattr(run, "run_capped", fake_stage_process)
+    out = tmp_path / "out"
+    rc = run.main(["--pack", str(pack), "--out", str(out), "--work", str(tmp_path / "work"), "--cap", "b=42",
+                   "--step", "a:tilelang_ablate", "ABLATE_ARGS=--kernel resident",
+                   "--step", "b:tilelang_ablate", "ABLATE_ARGS=--kernel plain"])
+    assert rc == 0
+    assert [s[:4] for s in seen] == [("a", "tilelang_ablate", "--kernel resident", "1"),
+                                    ("b", "tilelang_ablate", "--kernel plain", "1")]
+    assert seen[1][4] == 42 and seen[0][4] > 42  # the cap named b is b's alone
+    assert json.loads((out / "a.json").read_text())["args"] == "--kernel resident"
+    b = json.loads((out / "b.json").read_text())
+    assert b["args"] == "--kernel plain"
+    assert b["harness"]["stage"] == "tilelang_ablate" and b["harness"]["env"] == {"ABLATE_ARGS": "--kernel plain"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["stages"]) == ["a", "b"]
+    assert sorted(p.name for p in out.iterdir()) == ["a.json", "b.json", "logs.tar.gz", "summary.json"]

@@ -268,8 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))
     ap.add_argument("--stages", default=None, help="comma-separated (default: the pack's stages)")
     ap.add_argument("--budget-s", type=float, default=570, help="wall-clock budget for the whole run")
-    ap.add_argument("--step", action="append", nargs="+", default=[], metavar="NAME:STAGE",
-                    help="NAME:STAGE [VAR=value ...]: run STAGE as NAME with these environment "
+    ap.add_argument("--step", action="append", nargs="+", default=[], metavar=("NAME:STAGE", "VAR=value"),
+                    help="run STAGE as NAME with these environment "
                          "variables (repeatable, run in order; instead of --stages)")
     ap.add_argument("--cap", action="append", default=[], metavar="NAME=SECONDS",
                     help="this run's cap for a stage or step instead of its time_cap_s (repeatable)")

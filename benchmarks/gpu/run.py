@@ -2,8 +2,8 @@
 """Run GPU stages from a pack made by benchmarks/gpu/prepare.py (on the GPU machine).
 
     python3 -m benchmarks.gpu.run --pack .gpu-pack --out $OUT [--stages a,b] [--budget-s 570]
-    python3 -m benchmarks.gpu.run --pack .gpu-pack --out $OUT \
-        --step ab:tilelang_ablate "ABLATE_ARGS=--kernel resident" \
+    python3 -m benchmarks.gpu.run --pack .gpu-pack --out $OUT \\
+        --step ab:tilelang_ablate "ABLATE_ARGS=--kernel resident" \\
         --step tests:tilelang_draft_attn DRAFT_ATTN_WHAT=pytest DRAFT_ATTN_PYTEST_K=resident
 
 Sets up once (unpacks the patched tree, rebuilds the base tree, installs the wheels into a

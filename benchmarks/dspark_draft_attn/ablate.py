@@ -75,7 +75,8 @@ _BULK_TILE = """\
             if T.get_thread_binding() < block_kv:
                 jb = T.get_thread_binding()
                 slot_b = idx_s[t * block_kv + jb]
-                if (t * block_kv + jb < live_len) & (slot_b >= 0):
+                # num_blocks > 0: the copy's own guard (tilelang 0.1.15), which the bytes must share
+                if (t * block_kv + jb < live_len) & (slot_b >= 0) & (num_blocks > 0):
                     T.mbarrier_arrive_expect_tx(tile_bar[0], TOKEN_DATA_BYTES)
                     T.call_extern(
                         "handle", "dspark_bulk_record", T.address_of(rec_s[0]), T.address_of(rec_s[0]),

@@ -10,9 +10,11 @@ copy of `__uint_as_float` (a device intrinsic). Every e4m3 code meets every UE8M
 records are staged across both of the kernel's buffers (Q's and the first resident tile's), and
 dead slots must come out zero.
 
-What this cannot see: the device's own arithmetic (flush-to-zero under fast math, which the
-default gather shares, so the GPU test compares the two gathers bitwise), the bulk copies and
-the mbarrier. Needs nvcc (the CUDA toolkit); no GPU.
+The arithmetic is the device's: IEEE fp32 products rounded to nearest, no flush to zero
+(TileLang passes nvcc --use_fast_math only when its TL_ENABLE_FAST_MATH pass config asks, and
+vLLM's pass configs do not). What this cannot see: the bulk copies, the mbarrier, the records'
+addresses in the cache and the swizzled destinations (TileLang's side); the GPU test compares the
+two gathers' outputs bitwise for those. Needs nvcc (the CUDA toolkit); no GPU.
 """
 
 import ast
